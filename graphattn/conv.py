@@ -1,0 +1,290 @@
+"""``AttentionConv``: exact multi-head self-attention as a PyG ``MessagePassing`` layer."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
+
+from graphattn import ops
+
+__all__ = ["AttentionConv"]
+
+
+def _feature_sizes(in_channels) -> tuple[int, int, int]:
+    """``in_channels`` as ``(F_k, F_v, F_q)`` from ``F``, ``(F_kv, F_q)`` or ``(F_k, F_v, F_q)``."""
+    if isinstance(in_channels, int) and not isinstance(in_channels, bool):
+        return in_channels, in_channels, in_channels
+    if isinstance(in_channels, (tuple, list)) and len(in_channels) == 2:
+        return in_channels[0], in_channels[0], in_channels[1]
+    if isinstance(in_channels, (tuple, list)) and len(in_channels) == 3:
+        return tuple(in_channels)
+    raise TypeError(
+        f"Expected 'in_channels' to be an int, a pair (F_kv, F_q) or a triple (F_k, F_v, F_q) (got {in_channels!r})"
+    )
+
+
+class AttentionConv(MessagePassing):
+    r"""Scaled dot-product multi-head attention over the edges of a graph.
+
+    The attention of Vaswani et al. [1]_ with the keys of query i restricted to
+    the sources of the edges into i. For every edge ``(j, i)`` and head h:
+
+    .. math::
+        \alpha_{ij}^h = \mathrm{softmax}_{j \in \mathcal{N}(i)}
+            \Big(\frac{(W_Q^h x_i)^\top (W_K^h x_j)}{\sqrt{D}} + b_{ij}^h\Big),
+        \qquad
+        y_i = W_O \,\big\Vert_{h=1}^{H} \sum_{j \in \mathcal{N}(i)} \alpha_{ij}^h W_V^h x_j
+
+    On the complete graph with self-loops this is exactly
+    ``nn.MultiheadAttention`` (see :meth:`from_multihead_attention`). The layer
+    never adds or removes edges (no implicit self-loops, no root term): the
+    graph you pass is the attention you get. A query with no incoming edge
+    gets ``W_O 0 + b_O`` (the zero row of the attention, then the projection).
+
+    Parameters
+    ----------
+    in_channels : int or tuple
+        ``F_in``; or ``(F_kv, F_q)`` for cross-attention; or ``(F_k, F_v, F_q)``
+        when keys and values come from different features (MHA's kdim != vdim).
+    out_channels : int
+        Total output size ``F_out = H * D`` (as ``embed_dim`` of ``nn.MultiheadAttention``).
+    heads : int
+        H; must divide ``out_channels``.
+    dropout : float
+        Dropout probability on the attention weights (training only).
+    bias : bool
+        Biases in the query/key/value and output projections.
+    output_projection : bool
+        Apply ``lin_out`` (``F_out -> F_out``) after concatenating the heads.
+    impl : {"auto", "message_passing"}
+        ``"auto"`` runs the fast kernels of :func:`graphattn.attention`;
+        ``"message_passing"`` the readable per-edge path through
+        :meth:`edge_update` and :meth:`message`. Both give the same result.
+    **kwargs
+        Passed to :class:`torch_geometric.nn.MessagePassing`.
+
+    Shapes
+    ------
+    - input: ``x (N, F_in)``, or ``(x_kv (S, F_kv), x_q (L, F_q))``, or
+      ``(x_k (S, F_k), x_v (S, F_v), x_q (L, F_q))``; ``edge_index (2, E)``
+      (row 0 = source j = key, row 1 = target i = query); ``edge_bias (E,)`` or ``(E, H)``
+    - output: ``(L, F_out)``; with ``return_attention_weights=True``
+      ``(out, (edge_index, alpha))`` with ``alpha (E, H)``
+
+    Raises
+    ------
+    ValueError
+        ``heads`` not dividing ``out_channels``, or features of the wrong size.
+
+    References
+    ----------
+    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, eq. (1) and Sec. 3.2.2.
+
+    Examples
+    --------
+    >>> import torch, graphattn as ga
+    >>> conv = ga.AttentionConv(16, 32, heads=4)
+    >>> conv
+    AttentionConv(16, 32, heads=4)
+    >>> x = torch.randn(5, 16)
+    >>> conv(x, ga.patterns.causal().edge_index(5)).shape
+    torch.Size([5, 32])
+    """
+
+    def __init__(self, in_channels, out_channels: int, heads: int = 1, dropout: float = 0.0,
+                 bias: bool = True, output_projection: bool = True, impl: str = "auto", **kwargs):
+        kwargs.setdefault("aggr", "add")
+        super().__init__(node_dim=0, **kwargs)
+        f_k, f_v, f_q = _feature_sizes(in_channels)
+        if not isinstance(heads, int) or heads < 1 or out_channels % heads != 0:
+            raise ValueError(
+                f"Expected 'heads' to be a positive int dividing out_channels = {out_channels} (got heads={heads})"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"Expected 'dropout' to be in [0, 1) (got {dropout})")
+        if impl not in ("auto", "message_passing"):
+            raise ValueError(f"Expected 'impl' to be 'auto' or 'message_passing' (got {impl!r})")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.heads = heads
+        self.dropout = dropout
+        self.impl = impl
+        self.lin_query = nn.Linear(f_q, out_channels, bias=bias)
+        self.lin_key = nn.Linear(f_k, out_channels, bias=bias)
+        self.lin_value = nn.Linear(f_v, out_channels, bias=bias)
+        self.lin_out = nn.Linear(out_channels, out_channels, bias=bias) if output_projection else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Initialise as ``nn.MultiheadAttention`` does (Xavier-uniform weights, zero biases)."""
+        super().reset_parameters()
+        for lin in (self.lin_query, self.lin_key, self.lin_value):
+            nn.init.xavier_uniform_(lin.weight)
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+        if self.lin_out is not None:
+            self.lin_out.reset_parameters()
+            if self.lin_out.bias is not None:
+                nn.init.zeros_(self.lin_out.bias)
+
+    def _project(self, x) -> tuple[Tensor, Tensor, Tensor]:
+        """1) project: ``(query (L, H, D), key (S, H, D), value (S, H, D))``."""
+        if isinstance(x, Tensor):
+            x_k = x_v = x_q = x
+        elif isinstance(x, (tuple, list)) and len(x) == 2:
+            x_k = x_v = x[0]
+            x_q = x[1]
+        elif isinstance(x, (tuple, list)) and len(x) == 3:
+            x_k, x_v, x_q = x
+        else:
+            raise TypeError(
+                f"Expected 'x' to be a Tensor, a pair (x_kv, x_q) or a triple (x_k, x_v, x_q) (got {type(x).__name__})"
+            )
+        parts = []
+        for name, t, lin in (("x_q", x_q, self.lin_query), ("x_k", x_k, self.lin_key), ("x_v", x_v, self.lin_value)):
+            if not isinstance(t, Tensor) or t.dim() != 2 or t.size(-1) != lin.in_features:
+                got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(f"Expected '{name}' to have shape (n, {lin.in_features}) (got {got})")
+            parts.append(lin(t).view(t.size(0), self.heads, -1))  # (n, H, D)
+        return tuple(parts)
+
+    def forward(self, x, edge_index: Tensor, *, edge_bias: Tensor | None = None,
+                return_attention_weights: bool = False):
+        """Attend along ``edge_index``.
+
+        Parameters
+        ----------
+        x : Tensor, shape (N, F_in), or pair ``(x_kv, x_q)``, or triple ``(x_k, x_v, x_q)``
+        edge_index : Tensor, shape (2, E)
+            Row 0 = source j (key/value), row 1 = target i (query).
+        edge_bias : Tensor, shape (E,) or (E, H), optional
+            Added to the scaled scores before the softmax.
+        return_attention_weights : bool
+            Also return ``(edge_index, alpha)`` with ``alpha`` of shape (E, H).
+
+        Returns
+        -------
+        out : Tensor, shape (L, F_out)
+        (edge_index, alpha) : (Tensor (2, E), Tensor (E, H)), only if requested.
+        """
+        query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
+        if self.impl == "message_passing":
+            out, alpha = self._message_passing(query, key, value, edge_index, edge_bias)
+        else:
+            out, alpha = ops.attention(query, key, value, edge_index, edge_bias=edge_bias,
+                                       dropout=self.dropout, training=self.training)  # (L, H, D), (E, H)
+        out = out.reshape(query.size(0), self.out_channels)  # (L, H*D)
+        if self.lin_out is not None:
+            out = self.lin_out(out)  # (L, F_out)
+        if return_attention_weights:
+            return out, (edge_index, alpha)
+        return out
+
+    def _message_passing(self, query, key, value, edge_index, edge_bias):
+        """The readable path: ``edge_update`` (scores, softmax) then ``propagate`` (``message``)."""
+        from graphattn.graphs import check_edge_index
+
+        check_edge_index(edge_index, key.size(0), query.size(0))
+        size = (key.size(0), query.size(0))  # (S, L), PyG order
+        edge_bias = ops.check_edge_bias(edge_bias, edge_index.size(1), self.heads)
+        alpha = self.edge_updater(edge_index, query=query, key=key, edge_bias=edge_bias, size=size)  # (E, H)
+        out = self.propagate(edge_index, value=value, alpha=alpha, size=size)  # (L, H, D)
+        return out, alpha
+
+    def edge_update(self, query_i: Tensor, key_j: Tensor, edge_bias: Tensor | None, index: Tensor,
+                    size_i: int) -> Tensor:
+        # 2) score and 3) scale: one dot product per edge and head
+        score = (query_i * key_j).sum(dim=-1) / math.sqrt(query_i.size(-1))  # (E, H, D) · (E, H, D) -> (E, H)
+        if edge_bias is not None:
+            score = score + edge_bias  # (E, H)
+        # 5) softmax over the incoming edges of each query i
+        alpha = ops.segment_softmax(score, index, size_i)  # (E, H)
+        return F.dropout(alpha, p=self.dropout, training=self.training)
+
+    def message(self, value_j: Tensor, alpha: Tensor) -> Tensor:
+        # 6) combine: each edge carries its value weighted by alpha; "add" sums them at i
+        return alpha.unsqueeze(-1) * value_j  # (E, H, 1) * (E, H, D) -> (E, H, D)
+
+    def __repr__(self) -> str:
+        extra = "" if self.dropout == 0.0 else f", dropout={self.dropout}"
+        extra += "" if self.lin_query.bias is not None else ", bias=False"
+        extra += "" if self.lin_out is not None else ", output_projection=False"
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads}{extra})"
+
+    # -- nn.MultiheadAttention interop -------------------------------------------------------------
+
+    @classmethod
+    def from_multihead_attention(cls, mha: nn.MultiheadAttention) -> "AttentionConv":
+        """Build a layer that computes exactly what ``mha`` computes.
+
+        Call it as ``conv((key, value, query) nodes, edge_index)``: for
+        ``mha(query, key, value)`` on one sequence (``batch_first`` either way),
+        ``conv((key, value, query), edge_index)`` equals it on the complete
+        bipartite graph, or with ``attn_mask``/``key_padding_mask`` turned into
+        edges (a blocked pair is a missing edge). With ``kdim == vdim`` a pair
+        ``(x_kv, x_q)`` works, and for self-attention a single ``x``.
+
+        Raises
+        ------
+        NotImplementedError
+            For ``add_bias_kv=True`` or ``add_zero_attn=True``.
+        """
+        if mha.bias_k is not None or mha.add_zero_attn:
+            raise NotImplementedError(
+                "Expected 'mha' without add_bias_kv or add_zero_attn (they add keys that are not nodes)"
+            )
+        embed, kdim, vdim = mha.embed_dim, mha.kdim, mha.vdim
+        in_channels = embed if kdim == vdim == embed else ((kdim, embed) if kdim == vdim else (kdim, vdim, embed))
+        bias = mha.in_proj_bias is not None
+        conv = cls(in_channels, embed, heads=mha.num_heads, dropout=mha.dropout, bias=bias)
+        conv = conv.to(device=mha.out_proj.weight.device, dtype=mha.out_proj.weight.dtype)
+        with torch.no_grad():
+            if mha._qkv_same_embed_dim:
+                w_q, w_k, w_v = mha.in_proj_weight.chunk(3)
+            else:
+                w_q, w_k, w_v = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
+            for lin, w in ((conv.lin_query, w_q), (conv.lin_key, w_k), (conv.lin_value, w_v)):
+                lin.weight.copy_(w)
+            if bias:
+                for lin, b in zip((conv.lin_query, conv.lin_key, conv.lin_value), mha.in_proj_bias.chunk(3)):
+                    lin.bias.copy_(b)
+            conv.lin_out.weight.copy_(mha.out_proj.weight)
+            if bias:
+                conv.lin_out.bias.copy_(mha.out_proj.bias)
+        return conv
+
+    def to_multihead_attention(self, batch_first: bool = False) -> nn.MultiheadAttention:
+        """An ``nn.MultiheadAttention`` with exactly this layer's weights.
+
+        Raises
+        ------
+        ValueError
+            If the layer has no output projection, or ``F_q != out_channels``
+            (MHA's query size is its ``embed_dim``).
+        """
+        f_k, f_v, f_q = _feature_sizes(self.in_channels)
+        if self.lin_out is None or f_q != self.out_channels:
+            raise ValueError(
+                "Expected an output projection and F_q == out_channels to convert to nn.MultiheadAttention "
+                f"(got output_projection={self.lin_out is not None}, F_q={f_q}, out_channels={self.out_channels})"
+            )
+        bias = self.lin_query.bias is not None
+        w = self.lin_out.weight
+        mha = nn.MultiheadAttention(self.out_channels, self.heads, dropout=self.dropout, bias=bias,
+                                    kdim=f_k, vdim=f_v, batch_first=batch_first, device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            weights = (self.lin_query.weight, self.lin_key.weight, self.lin_value.weight)
+            if mha._qkv_same_embed_dim:
+                mha.in_proj_weight.copy_(torch.cat(weights))
+            else:
+                for dst, src in zip((mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight), weights):
+                    dst.copy_(src)
+            if bias:
+                mha.in_proj_bias.copy_(torch.cat([self.lin_query.bias, self.lin_key.bias, self.lin_value.bias]))
+                mha.out_proj.bias.copy_(self.lin_out.bias)
+            mha.out_proj.weight.copy_(self.lin_out.weight)
+        return mha

@@ -1,0 +1,191 @@
+"""The oracle: plain dense self-attention in six named steps.
+
+No fused kernels and no fast paths: every intermediate is computed with
+ordinary matrix products and returned under its name, for teaching and as the
+reference every fast path is tested against.
+
+The six steps (Vaswani et al. 2017, eq. 1), for one head of width ``d_k``:
+
+1) project   ``Q = X W_Q,  K = X W_K,  V = X W_V``
+2) score     ``Q K^T``                         (rows = queries i, columns = keys j)
+3) scale     ``Q K^T / sqrt(d_k)``             (+ an optional additive bias)
+4) mask      disallowed (i, j) set to ``-inf``, *before* the softmax
+5) softmax   per row i over the allowed keys j; a row with no allowed key is 0
+6) combine   ``Y = A V``                       (heads concatenated)
+
+References
+----------
+.. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017, eq. (1).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["SixSteps", "six_steps", "DenseAttention"]
+
+
+class SixSteps(NamedTuple):
+    """Every intermediate of :func:`six_steps` (``...`` = optional batch dims)."""
+
+    queries: Tensor  # (..., H, L, D)   1) project
+    keys: Tensor  # (..., H, S, D)
+    values: Tensor  # (..., H, S, D)
+    scores: Tensor  # (..., H, L, S)   2) Q K^T
+    scaled: Tensor  # (..., H, L, S)   3) / sqrt(d_k) (+ bias)
+    masked: Tensor  # (..., H, L, S)   4) -inf where not allowed
+    weights: Tensor  # (..., H, L, S)   5) softmax per row; rows sum to 1 or are all 0
+    output: Tensor  # (..., L, H * D)  6) weights @ values, heads concatenated
+
+
+def _split_heads(x: Tensor, heads: int) -> Tensor:
+    *batch, n, f = x.shape
+    return x.reshape(*batch, n, heads, f // heads).transpose(-3, -2)  # (..., H, n, D)
+
+
+def six_steps(
+    x: Tensor,
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    heads: int = 1,
+    x_kv: Tensor | None = None,
+    b_q: Tensor | None = None,
+    b_k: Tensor | None = None,
+    b_v: Tensor | None = None,
+    scale: float | None = None,
+    bias: Tensor | None = None,
+) -> SixSteps:
+    """Dense multi-head attention in six named steps (the oracle).
+
+    .. math::
+        \\alpha_{ij} = \\mathrm{softmax}_{j:\\,M_{ij}}\\Big(\\frac{q_i \\cdot k_j}{\\sqrt{d_k}} + b_{ij}\\Big),
+        \\qquad y_i = \\sum_j \\alpha_{ij} v_j
+
+    Parameters
+    ----------
+    x : Tensor, shape (..., L, F_q)
+        Query-side token features (also keys/values unless ``x_kv`` is given).
+    w_q : Tensor, shape (F_q, H * D)
+        Query projection, used as ``x @ w_q`` (textbook orientation; an
+        ``nn.Linear`` weight is its transpose).
+    w_k, w_v : Tensor, shape (F_kv, H * D)
+        Key and value projections.
+    mask : Tensor, shape (L, S) or broadcastable to (..., H, L, S), dtype bool, optional
+        True = query i may attend key j (SDPA polarity). ``None``: all allowed.
+    heads : int
+        H; ``H * D`` must equal the projections' width.
+    x_kv : Tensor, shape (..., S, F_kv), optional
+        Key/value token features for cross-attention (default ``x``).
+    b_q, b_k, b_v : Tensor, shape (H * D,), optional
+        Projection biases.
+    scale : float, optional
+        Score scale, default ``1 / sqrt(D)`` with D = d_k the per-head width.
+    bias : Tensor, broadcastable to (..., H, L, S), optional
+        Additive score bias, added after scaling and before masking.
+
+    Returns
+    -------
+    SixSteps
+        ``queries, keys, values`` (..., H, n, D); ``scores, scaled, masked,
+        weights`` (..., H, L, S); ``output`` (..., L, H * D). ``weights`` rows sum
+        to 1 over the allowed j, or are exactly 0 when no key is allowed.
+
+    Raises
+    ------
+    TypeError
+        If ``mask`` is not bool.
+    ValueError
+        If ``heads`` does not divide the projection width.
+
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.eye(3)
+    >>> steps = six_steps(x, torch.eye(3), torch.eye(3), torch.eye(3))
+    >>> steps.weights.shape, steps.output.shape
+    (torch.Size([1, 3, 3]), torch.Size([3, 3]))
+    >>> steps.weights.sum(-1)
+    tensor([[1., 1., 1.]])
+    """
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError(f"Expected 'mask' to be a bool tensor where True means may attend (got {mask.dtype})")
+    width = w_q.shape[-1]
+    if width % heads != 0:
+        raise ValueError(f"Expected 'heads' to divide the projection width {width} (got heads={heads})")
+    x_kv = x if x_kv is None else x_kv
+
+    # 1) project: Q = X W_Q, K = X W_K, V = X W_V, split into heads
+    q, k, v = x @ w_q, x_kv @ w_k, x_kv @ w_v  # (..., L, H*D), (..., S, H*D), (..., S, H*D)
+    if b_q is not None:
+        q, k, v = q + b_q, k + b_k, v + b_v
+    queries, keys, values = (_split_heads(t, heads) for t in (q, k, v))  # (..., H, L|S, D)
+
+    # 2) score: every query against every key
+    scores = queries @ keys.transpose(-1, -2)  # (..., H, L, D) · (..., H, D, S) -> (..., H, L, S)
+
+    # 3) scale by 1/sqrt(d_k) so the softmax does not saturate as d_k grows
+    scale = 1.0 / math.sqrt(queries.size(-1)) if scale is None else scale
+    scaled = scores * scale  # (..., H, L, S)
+    if bias is not None:
+        scaled = scaled + bias
+
+    # 4) mask before the softmax: a disallowed key gets -inf, i.e. weight exactly 0
+    allowed = torch.ones_like(scaled, dtype=torch.bool) if mask is None else mask.expand_as(scaled)
+    masked = scaled.masked_fill(~allowed, float("-inf"))  # (..., H, L, S)
+
+    # 5) softmax per row; a row with no allowed key would be 0/0, define it as 0
+    has_key = allowed.any(dim=-1, keepdim=True)  # (..., H, L, 1)
+    weights = torch.softmax(masked.masked_fill(~has_key, 0.0), dim=-1)  # (..., H, L, S)
+    weights = weights.masked_fill(~allowed, 0.0)
+
+    # 6) combine: weighted sum of the values, heads concatenated
+    out = weights @ values  # (..., H, L, S) · (..., H, S, D) -> (..., H, L, D)
+    output = out.transpose(-3, -2).flatten(-2)  # (..., L, H*D)
+    return SixSteps(queries, keys, values, scores, scaled, masked, weights, output)
+
+
+class DenseAttention(nn.Module):
+    """Dense multi-head attention with the parameter names of :class:`~graphattn.AttentionConv`.
+
+    ``load_state_dict`` moves weights between the two, so an equivalence test
+    is one line. The computation is :func:`six_steps`, then ``lin_out``.
+
+    Parameters
+    ----------
+    in_channels : int or (int, int)
+        ``F_in``, or ``(F_kv, F_q)`` for cross-attention.
+    out_channels : int
+        ``F_out = H * D``.
+    heads : int
+    bias : bool
+    output_projection : bool
+        Apply ``lin_out`` (``F_out -> F_out``) after concatenating the heads.
+    """
+
+    def __init__(self, in_channels, out_channels: int, heads: int = 1, bias: bool = True,
+                 output_projection: bool = True):
+        super().__init__()
+        f_kv, f_q = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
+        self.heads = heads
+        self.lin_query = nn.Linear(f_q, out_channels, bias=bias)
+        self.lin_key = nn.Linear(f_kv, out_channels, bias=bias)
+        self.lin_value = nn.Linear(f_kv, out_channels, bias=bias)
+        self.lin_out = nn.Linear(out_channels, out_channels, bias=bias) if output_projection else None
+
+    def forward(self, x: Tensor, x_kv: Tensor | None = None, mask: Tensor | None = None,
+                bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Return ``(output (..., L, F_out), weights (..., H, L, S))``."""
+        b = [lin.bias for lin in (self.lin_query, self.lin_key, self.lin_value)]
+        steps = six_steps(
+            x, self.lin_query.weight.T, self.lin_key.weight.T, self.lin_value.weight.T, mask,
+            heads=self.heads, x_kv=x_kv, b_q=b[0], b_k=b[1], b_v=b[2], bias=bias,
+        )
+        out = steps.output if self.lin_out is None else self.lin_out(steps.output)
+        return out, steps.weights

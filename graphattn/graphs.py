@@ -1,0 +1,299 @@
+"""Conversions between dense masks and edge lists, validation, and batching.
+
+This is the only module that converts between ``(L, S)`` masks and ``(2, E)``
+edge lists. Conventions (DESIGN.md):
+
+- ``edge_index[0]`` is the source j (key/value position), ``edge_index[1]`` the
+  target i (query position); an edge ``(j, i)`` means "query i may read key j".
+- ``mask[i, j] == True`` means "may attend", exactly when ``(j, i)`` is an edge
+  (the polarity of ``F.scaled_dot_product_attention``).
+- Size tuples follow PyG: ``size=(S, L)`` (sources, targets).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "check_edge_index",
+    "mask_to_edge_index",
+    "edge_index_to_mask",
+    "sort_edge_index",
+    "batch_sequences",
+    "padded_to_nodes",
+    "nodes_to_padded",
+]
+
+
+def _size_pair(size, name: str = "size") -> tuple[int, int]:
+    """Return ``(S, L)`` from an int ``N`` (square) or a pair ``(S, L)``."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        size = (size, size)
+    if not (isinstance(size, (tuple, list, torch.Size)) and len(size) == 2):
+        raise TypeError(f"Expected '{name}' to be an int N or a pair (S, L) (got {size!r})")
+    num_src, num_dst = (int(s) for s in size)
+    if num_src < 0 or num_dst < 0:
+        raise ValueError(f"Expected '{name}' to be non-negative (got {tuple(size)})")
+    return num_src, num_dst
+
+
+def check_edge_index(edge_index: Tensor, num_sources: int, num_targets: int) -> None:
+    """Validate an edge list against ``num_sources`` keys and ``num_targets`` queries.
+
+    Parameters
+    ----------
+    edge_index : Tensor, shape (2, E), dtype int64 (int32 accepted)
+        Row 0 = source j (key), row 1 = target i (query).
+    num_sources : int
+        S, the number of key/value nodes; sources must lie in ``[0, S)``.
+    num_targets : int
+        L, the number of query nodes; targets must lie in ``[0, L)``.
+
+    Raises
+    ------
+    TypeError
+        If ``edge_index`` is not an integer tensor.
+    ValueError
+        If its shape is not ``(2, E)``.
+    IndexError
+        If an index is negative or out of range.
+    """
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(
+            f"Expected 'edge_index' to be a LongTensor of shape (2, E) (got {type(edge_index).__name__})"
+        )
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        raise TypeError(
+            f"Expected 'edge_index' to have an integer dtype (got {edge_index.dtype}); "
+            "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index"
+        )
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"Expected 'edge_index' to have shape (2, E) (got {tuple(edge_index.shape)})")
+    if edge_index.numel() == 0:
+        return
+    lo = int(edge_index.min())
+    if lo < 0:
+        raise IndexError(f"Expected 'edge_index' to be non-negative (got a minimum of {lo})")
+    max_src, max_dst = (int(m) for m in edge_index.amax(dim=1))
+    if max_src >= num_sources:
+        raise IndexError(
+            f"Expected sources 'edge_index[0]' to be < S = {num_sources} key nodes (got {max_src})"
+        )
+    if max_dst >= num_targets:
+        raise IndexError(
+            f"Expected targets 'edge_index[1]' to be < L = {num_targets} query nodes (got {max_dst})"
+        )
+
+
+def _check_mask(mask: Tensor, name: str = "mask") -> None:
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"Expected '{name}' to be a bool Tensor of shape (L, S) (got {type(mask).__name__})")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"Expected '{name}' to be a bool tensor where True means may attend (got {mask.dtype}); "
+            f"for a 0/1 tensor where 1 means may attend, pass {name}.bool(); an nn.MultiheadAttention "
+            f"mask (True = blocked) must be inverted first: ~{name}"
+        )
+    if mask.dim() != 2:
+        raise ValueError(f"Expected '{name}' to have shape (L, S) (got {tuple(mask.shape)})")
+
+
+def mask_to_edge_index(mask: Tensor) -> Tensor:
+    """Turn a dense attention mask into an edge list.
+
+    Parameters
+    ----------
+    mask : Tensor, shape (L, S), dtype bool
+        ``mask[i, j] == True`` means query i may attend key j (SDPA polarity).
+
+    Returns
+    -------
+    edge_index : Tensor, shape (2, E), dtype int64
+        One edge ``(j, i)`` per True entry; row 0 = source j, row 1 = target i;
+        sorted by target, then source.
+
+    Raises
+    ------
+    TypeError
+        If ``mask`` is not a bool tensor (a float 0/1 tensor is refused: say
+        ``mask.bool()`` if 1 means may attend).
+    ValueError
+        If ``mask`` is not 2-D.
+
+    Examples
+    --------
+    >>> import torch
+    >>> mask_to_edge_index(torch.tensor([[True, False], [True, True]]))
+    tensor([[0, 0, 1],
+            [0, 1, 1]])
+    """
+    _check_mask(mask)
+    query, key = mask.nonzero(as_tuple=True)  # (E,), (E,) row-major: sorted by i, then j
+    return torch.stack([key, query])  # (2, E)
+
+
+def edge_index_to_mask(edge_index: Tensor, size) -> Tensor:
+    """Turn an edge list into a dense attention mask.
+
+    Parameters
+    ----------
+    edge_index : Tensor, shape (2, E)
+        Row 0 = source j (key), row 1 = target i (query).
+    size : int or (int, int)
+        ``N`` for a square graph, or the PyG pair ``(S, L)`` (sources, targets).
+
+    Returns
+    -------
+    mask : Tensor, shape (L, S), dtype bool
+        ``mask[i, j]`` is True exactly when ``(j, i)`` is an edge.
+
+    Raises
+    ------
+    TypeError, ValueError, IndexError
+        As :func:`check_edge_index`, and for a malformed ``size``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> edge_index_to_mask(torch.tensor([[0, 0, 1], [0, 1, 1]]), 2)
+    tensor([[ True, False],
+            [ True,  True]])
+    """
+    num_src, num_dst = _size_pair(size)
+    check_edge_index(edge_index, num_src, num_dst)
+    mask = torch.zeros(num_dst, num_src, dtype=torch.bool, device=edge_index.device)  # (L, S)
+    mask[edge_index[1], edge_index[0]] = True
+    return mask
+
+
+def sort_edge_index(edge_index: Tensor, num_sources: int) -> tuple[Tensor, Tensor]:
+    """Sort edges by target, then source; return the sorted edges and the permutation.
+
+    Returns
+    -------
+    edge_index : Tensor, shape (2, E)
+    perm : Tensor, shape (E,)
+        ``sorted = edge_index[:, perm]``.
+    """
+    key = edge_index[1] * max(num_sources, 1) + edge_index[0]  # (E,)
+    perm = torch.argsort(key, stable=True)  # (E,)
+    return edge_index[:, perm], perm
+
+
+def _check_lengths(lengths) -> list[int]:
+    if isinstance(lengths, Tensor):
+        lengths = lengths.tolist()
+    lengths = list(lengths)
+    for n in lengths:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"Expected 'lengths' to hold non-negative ints (got {lengths})")
+    return lengths
+
+
+def batch_sequences(lengths: Sequence[int] | Tensor, pattern=None) -> tuple[Tensor, Tensor]:
+    """Turn a variable-length batch into one disjoint graph.
+
+    Sequence b has ``lengths[b]`` tokens; its nodes are numbered after those of
+    the sequences before it (the order of ``padded_to_nodes``). Padding nodes do
+    not exist, so no query can attend a padding key and no masking is needed:
+    this equals dense attention with a ``key_padding_mask`` on the valid positions.
+
+    Parameters
+    ----------
+    lengths : sequence of int or Tensor, shape (B,)
+        Number of tokens of each sequence.
+    pattern : graphattn.patterns.Pattern, optional
+        Connectivity inside each sequence (default: the complete graph
+        ``patterns.full()``). Must provide ``edge_index(L)``.
+
+    Returns
+    -------
+    edge_index : Tensor, shape (2, E)
+        Sorted by target, then source; ``E = sum_b E_b``.
+    batch : Tensor, shape (N,)
+        Sequence index of each node, ``N = sum(lengths)`` (PyG's ``batch`` vector).
+
+    Raises
+    ------
+    ValueError
+        If a length is negative or not an int.
+
+    Examples
+    --------
+    >>> edge_index, batch = batch_sequences([2, 1])
+    >>> edge_index
+    tensor([[0, 1, 0, 1, 2],
+            [0, 0, 1, 1, 2]])
+    >>> batch
+    tensor([0, 0, 1])
+    """
+    lengths = _check_lengths(lengths)
+    if pattern is None:
+        from graphattn.patterns import full
+
+        pattern = full()
+    counts = torch.tensor(lengths, dtype=torch.long)  # (B,)
+    offsets = torch.cumsum(counts, 0) - counts  # (B,)
+    cache: dict[int, Tensor] = {}
+    parts = []
+    for n, offset in zip(lengths, offsets.tolist()):
+        if n not in cache:
+            cache[n] = pattern.edge_index(n)  # (2, E_b)
+        parts.append(cache[n] + offset)
+    edge_index = torch.cat(parts, dim=1) if parts else torch.empty(2, 0, dtype=torch.long)  # (2, E)
+    batch = torch.repeat_interleave(torch.arange(len(lengths)), counts)  # (N,)
+    return edge_index, batch
+
+
+def padded_to_nodes(x: Tensor, lengths: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
+    """Drop the padding of a right-padded ``(B, T, F)`` batch: node features and ``batch``.
+
+    Parameters
+    ----------
+    x : Tensor, shape (B, T, ...)
+        Right-padded batch; sequence b occupies ``x[b, :lengths[b]]``.
+    lengths : sequence of int or Tensor, shape (B,)
+
+    Returns
+    -------
+    nodes : Tensor, shape (N, ...)
+        ``N = sum(lengths)``, sequences one after the other.
+    batch : Tensor, shape (N,)
+
+    Raises
+    ------
+    ValueError
+        If ``len(lengths) != B`` or a length exceeds ``T``.
+    """
+    lengths = _check_lengths(lengths)
+    if x.dim() < 2 or x.size(0) != len(lengths):
+        raise ValueError(
+            f"Expected 'x' to have shape (B, T, ...) with B = len(lengths) = {len(lengths)} "
+            f"(got {tuple(x.shape)})"
+        )
+    if lengths and max(lengths) > x.size(1):
+        raise ValueError(f"Expected 'lengths' to be <= T = {x.size(1)} (got {max(lengths)})")
+    counts = torch.tensor(lengths, dtype=torch.long, device=x.device)  # (B,)
+    valid = torch.arange(x.size(1), device=x.device) < counts[:, None]  # (B, T)
+    batch = torch.repeat_interleave(torch.arange(len(lengths), device=x.device), counts)  # (N,)
+    return x[valid], batch  # (N, ...), (N,)
+
+
+def nodes_to_padded(x: Tensor, batch: Tensor, max_length: int | None = None) -> tuple[Tensor, Tensor]:
+    """Pad node features back to ``(B, T, F)``; the inverse of :func:`padded_to_nodes`.
+
+    A thin wrapper of :func:`torch_geometric.utils.to_dense_batch`.
+
+    Returns
+    -------
+    padded : Tensor, shape (B, T, ...)
+        Zero at padding positions.
+    valid : Tensor, shape (B, T), dtype bool
+        True at real tokens (the negation of a ``key_padding_mask``).
+    """
+    from torch_geometric.utils import to_dense_batch
+
+    return to_dense_batch(x, batch, max_num_nodes=max_length)
