@@ -149,7 +149,9 @@ class AttentionConv(MessagePassing):
             if not isinstance(t, Tensor) or t.dim() != 2 or t.size(-1) != lin.in_features:
                 got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
                 raise ValueError(f"Expected '{name}' to have shape (n, {lin.in_features}) (got {got})")
-            parts.append(lin(t).view(t.size(0), self.heads, -1))  # (n, H, D)
+            if not t.is_floating_point():
+                raise TypeError(f"Expected '{name}' to be floating point (got {t.dtype})")
+            parts.append(lin(t).view(t.size(0), self.heads, self.out_channels // self.heads))  # (n, H, D)
         return tuple(parts)
 
     def forward(self, x, edge_index: Tensor, *, edge_bias: Tensor | None = None,

@@ -1,0 +1,31 @@
+"""Shared test configuration: one tolerance table, seeds, and the offline switch."""
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+# Exactness targets (DESIGN.md): float64 to 1e-10, float32 to the noise floor on unit-scale data.
+TOL = {
+    torch.float64: dict(atol=1e-10, rtol=0.0),
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+}
+
+DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]
+
+
+def assert_close(actual, expected, dtype=None, **override):
+    """``torch.testing.assert_close`` with the tolerance of ``dtype`` (default: ``expected.dtype``)."""
+    tol = dict(TOL[dtype or expected.dtype])
+    tol.update(override)
+    torch.testing.assert_close(actual, expected, **tol)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    yield
