@@ -111,8 +111,8 @@ def six_steps(
     >>> steps = six_steps(x, torch.eye(3), torch.eye(3), torch.eye(3))
     >>> steps.weights.shape, steps.output.shape
     (torch.Size([1, 3, 3]), torch.Size([3, 3]))
-    >>> steps.weights.sum(-1)
-    tensor([[1., 1., 1.]])
+    >>> torch.allclose(steps.weights.sum(-1), torch.ones(1, 3))  # each row i sums to 1 over j
+    True
     """
     if mask is not None and mask.dtype != torch.bool:
         raise TypeError(f"Expected 'mask' to be a bool tensor where True means may attend (got {mask.dtype})")
