@@ -1,0 +1,214 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 2. Attention is message passing
+#
+# Treat the L tokens as the nodes of a graph. An edge `(j, i)` says "query i may
+# read key/value j". Every query node i then does what a GNN layer does:
+#
+# - compute a score on each incoming edge, `q_i · k_j / sqrt(D)`,
+# - normalise the scores over its incoming edges with a softmax: `alpha_ij`,
+# - aggregate the messages `alpha_ij v_j`.
+#
+# Different attention masks are different graphs: the **complete graph**
+# (encoder self-attention), a **DAG** (causal decoder attention) and a
+# **bipartite graph** (cross-attention). `edge_index` is `(2, E)` with row 0 =
+# source j (key) and row 1 = target i (query). Every claim is checked by the
+# cell after it.
+
+# %%
+import math
+import warnings
+
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto without ipywidgets
+
+import matplotlib.pyplot as plt
+import networkx as nx
+import torch
+
+import graphattn as ga
+from graphattn import analysis, viz
+
+gen = torch.Generator().manual_seed(0)
+
+# %% [markdown]
+# ## Three graphs
+#
+# The complete graph on L nodes with self-loops has `L^2` edges; the causal
+# graph keeps `(j, i)` only for `j <= i`, `L (L + 1) / 2` edges, and without its
+# self-loops it is a DAG whose topological order is the token order.
+# Cross-attention from L queries to S keys is the complete bipartite graph,
+# `L S` edges.
+
+# %%
+L, S = 6, 4
+full = ga.patterns.full().edge_index(L)
+causal = ga.patterns.causal().edge_index(L)
+bipartite = ga.graphs.mask_to_edge_index(torch.ones(L, S, dtype=torch.bool))  # L queries x S keys
+print("complete:", full.shape, " causal:", causal.shape, " bipartite:", bipartite.shape)
+
+# %%
+assert full.shape[1] == L * L and causal.shape[1] == L * (L + 1) // 2 and bipartite.shape[1] == L * S
+dag = nx.DiGraph(causal.T.tolist())
+dag.remove_edges_from(nx.selfloop_edges(dag))
+assert nx.is_directed_acyclic_graph(dag) and list(nx.topological_sort(dag)) == list(range(L))
+assert (causal[0] <= causal[1]).all()  # every edge points forward: key j <= query i
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(10, 3))
+viz.pattern_mask(ga.patterns.full(), L, ax=axes[0])
+viz.pattern_mask(ga.patterns.causal(), L, ax=axes[1])
+viz.pattern_mask(torch.ones(L, S, dtype=torch.bool), ax=axes[2])
+axes[2].set_title(f"cross-attention: {L * S} edges")
+fig.tight_layout()
+
+# %% [markdown]
+# ## One computation, three ways
+#
+# Take causal attention with one head on L = 6 tokens and compute it
+#
+# 1. as a **matrix**: the dense six steps with a mask (`graphattn.dense.six_steps`),
+# 2. as an **edge list**: scores on the E edges, a softmax grouped by target,
+#    a scatter-add of the messages (`graphattn.attention`),
+# 3. as **one node's incoming messages**, written out by hand for query i = 4.
+#
+# All three give the same weights and outputs to float64 rounding.
+
+# %%
+F = D = 8
+x = torch.randn(L, F, generator=gen, dtype=torch.float64)
+w_q, w_k, w_v = (torch.randn(F, D, generator=gen, dtype=torch.float64) / math.sqrt(F) for _ in range(3))
+
+# 1) matrix
+mask = ga.patterns.causal().mask(L)  # (L, L) True = may attend
+dense = ga.dense.six_steps(x, w_q, w_k, w_v, mask)
+# 2) edge list
+q, k, v = ((x @ w).reshape(L, 1, D) for w in (w_q, w_k, w_v))  # (L, H=1, D) each
+out, alpha = ga.attention(q, k, v, causal)  # (L, 1, D), (E, 1)
+# 3) one node's incoming messages
+i = 4
+sources = causal[0][causal[1] == i]  # the keys j with an edge (j, i)
+scores = torch.stack([q[i, 0] @ k[j, 0] / math.sqrt(D) for j in sources])
+weights = torch.exp(scores) / torch.exp(scores).sum()
+y_i = sum(w * v[j, 0] for w, j in zip(weights, sources))
+print("incoming edges of node 4 from:", sources.tolist())
+print("their weights:", [round(w, 4) for w in weights.tolist()])
+
+# %%
+assert sources.tolist() == [0, 1, 2, 3, 4]
+assert torch.allclose(dense.weights[0, causal[1], causal[0]], alpha[:, 0], atol=1e-12)
+assert torch.allclose(dense.output, out.reshape(L, D), atol=1e-12)
+assert torch.allclose(weights, dense.weights[0, i, : i + 1], atol=1e-12)
+assert torch.allclose(y_i, dense.output[i], atol=1e-12)
+
+# %% [markdown]
+# The layer `graphattn.AttentionConv` is the same computation as a PyTorch
+# Geometric `MessagePassing` layer, and its parameter names match the dense
+# reference module, so weights move between them with `load_state_dict`:
+
+# %%
+conv = ga.AttentionConv(F, F, heads=2).double()
+reference = ga.dense.DenseAttention(F, F, heads=2).double()
+reference.load_state_dict(conv.state_dict())
+y_graph = conv(x, causal)
+y_dense, _ = reference(x, mask=mask)
+print(conv, "max difference:", (y_graph - y_dense).abs().max().item())
+
+# %%
+assert torch.allclose(y_graph, y_dense, atol=1e-12)
+
+# %% [markdown]
+# ## Cross-attention is a bipartite graph, and a node with no edges reads nothing
+#
+# With L queries and S keys, sources index the keys and targets the queries.
+# Drop every edge into query 2 and its output row is exactly zero: a node
+# without incoming messages aggregates nothing.
+
+# %%
+x_kv = torch.randn(S, F, generator=gen, dtype=torch.float64)
+qc = (x @ w_q).reshape(L, 1, D)
+kc, vc = ((x_kv @ w).reshape(S, 1, D) for w in (w_k, w_v))
+cut = bipartite[:, bipartite[1] != 2]  # no edges into query 2
+out_cross, alpha_cross = ga.attention(qc, kc, vc, cut)
+cross_mask = ga.graphs.edge_index_to_mask(cut, (S, L))  # (L, S)
+dense_cross = ga.dense.six_steps(x, w_q, w_k, w_v, cross_mask, x_kv=x_kv)
+print("output row of query 2:", out_cross[2, 0].tolist())
+
+# %%
+assert (out_cross[2] == 0).all() and (dense_cross.output[2] == 0).all()
+assert torch.allclose(out_cross.reshape(L, D), dense_cross.output, atol=1e-12)
+
+# %% [markdown]
+# ## Multi-head attention: parallel edges, one weight per head
+#
+# With H heads, every edge carries H weights, `alpha` of shape `(E, H)`. Each
+# head is its own softmax over the same incoming edges, so for every query and
+# every head the weights sum to 1. As a networkx `MultiDiGraph` this is H
+# parallel edges per `(j, i)`, keyed by head.
+
+# %%
+H = 3
+conv3 = ga.AttentionConv(F, 3 * 4, heads=H).double()
+_, (ei, alpha3) = conv3(x, causal, return_attention_weights=True)
+per_query = torch.zeros(L, H, dtype=torch.float64).index_add_(0, ei[1], alpha3)  # (L, H)
+multi = nx.MultiDiGraph()
+multi.add_nodes_from(range(L))
+for h in range(H):
+    multi.add_weighted_edges_from((j, i, w) for (j, i), w in zip(ei.T.tolist(), alpha3[:, h].tolist()))
+print("alpha:", tuple(alpha3.shape), " sums per query and head:", per_query[0].tolist(),
+      " parallel edges 0 -> 5:", multi.number_of_edges(0, 5))
+
+# %%
+assert alpha3.shape == (causal.shape[1], H)
+assert torch.allclose(per_query, torch.ones(L, H, dtype=torch.float64), atol=1e-12)
+assert multi.number_of_edges() == causal.shape[1] * H and multi.number_of_edges(0, 5) == H
+
+# %%
+fig, axes = plt.subplots(1, H, figsize=(11, 3))
+for h in range(H):
+    viz.attention_graph(ei, alpha3.detach(), tokens=[f"t{n}" for n in range(L)], ax=axes[h], head=h)
+    axes[h].set_title(f"head {h}: width ~ alpha")
+fig.tight_layout()
+
+# %% [markdown]
+# ## The diagonal: how much a token reads itself
+#
+# The self-loop `(i, i)` is an edge like any other; its weight `alpha_ii` is the
+# share of query i's attention that stays at home. `analysis.self_share` gives
+# it per head as the sum of the diagonal weights over the total weight, which
+# equals the mean of `alpha_ii` over the queries. On the causal graph the
+# first token can only read itself, so its `alpha_00 = 1` in every head.
+# Without self-loops the share is exactly 0 and the outputs change: the
+# builders include `i -> i`, and the layer never adds it by itself.
+
+# %%
+share = analysis.self_share(ei, alpha3.detach())  # (1, H)
+dense_w = torch.zeros(H, L, L, dtype=torch.float64)
+dense_w[:, ei[1], ei[0]] = alpha3.detach().T  # (H, L, S)
+no_self = ga.graphs.mask_to_edge_index(mask & ~torch.eye(L, dtype=torch.bool))
+_, (ei_ns, alpha_ns) = conv3(x, no_self, return_attention_weights=True)
+print("self share per head:", [round(s, 3) for s in share[0].tolist()],
+      " without self-loops:", analysis.self_share(ei_ns, alpha_ns.detach())[0].tolist())
+
+# %%
+assert torch.allclose(share[0], dense_w.diagonal(dim1=1, dim2=2).mean(-1), atol=1e-12)
+assert torch.allclose(dense_w[:, 0, 0], torch.ones(H, dtype=torch.float64))
+assert (analysis.self_share(ei_ns, alpha_ns.detach()) == 0).all()
+y_ns = conv3(x, no_self)
+assert not torch.allclose(y_ns[1:], conv3(x, causal)[1:])
+
+# %%
+fig, ax = plt.subplots(figsize=(3.5, 3))
+viz.attention_heatmap(dense_w[0], ax=ax, mask=mask, title="head 0 on the causal graph",
+                      row_labels=[f"t{n}" for n in range(L)], col_labels=[f"t{n}" for n in range(L)])
+fig.tight_layout()
