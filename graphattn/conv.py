@@ -259,6 +259,26 @@ class AttentionConv(MessagePassing):
                 conv.lin_out.bias.copy_(mha.out_proj.bias)
         return conv
 
+    @classmethod
+    def from_hf_attention(cls, module: nn.Module) -> "AttentionConv":
+        """Build a layer carrying a Hugging Face attention module's weights.
+
+        ``BertSelfAttention`` gives a layer without output projection (BERT's
+        projection lives in ``BertSelfOutput``); ``GPT2Attention`` one whose
+        ``lin_out`` is ``c_proj``. See
+        :func:`graphattn.interop.hf.attention_conv_from_hf`, which this calls.
+
+        Raises
+        ------
+        TypeError
+            For a module of another layout.
+        NotImplementedError
+            For a non-standard scaling or a cross-attention module.
+        """
+        from graphattn.interop.hf import attention_conv_from_hf
+
+        return attention_conv_from_hf(module)
+
     def to_multihead_attention(self, batch_first: bool = False) -> nn.MultiheadAttention:
         """An ``nn.MultiheadAttention`` with exactly this layer's weights.
 
