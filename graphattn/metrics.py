@@ -107,13 +107,14 @@ def kl_sparse_dense(scores: Tensor, keep: Tensor, valid: Tensor | None = None) -
     tensor([0.6931])
     """
     _check_pair(scores, keep, ("scores", "keep"))
-    if valid is None:
-        valid = torch.ones_like(keep)
-    _check_pair(scores, valid, ("scores", "valid"))
-    if (keep & ~valid).any():
-        raise ValueError("Expected 'keep' to lie inside 'valid' (got kept edges outside the dense graph)")
     neg = torch.finfo(scores.dtype).min
-    log_p = torch.log_softmax(scores.masked_fill(~valid, neg), dim=-1)  # (..., L, S)
+    if valid is None:
+        log_p = torch.log_softmax(scores, dim=-1)  # (..., L, S)
+    else:
+        _check_pair(scores, valid, ("scores", "valid"))
+        if (keep & ~valid).any():
+            raise ValueError("Expected 'keep' to lie inside 'valid' (got kept edges outside the dense graph)")
+        log_p = torch.log_softmax(scores.masked_fill(~valid, neg), dim=-1)  # (..., L, S)
     log_q = torch.log_softmax(scores.masked_fill(~keep, neg), dim=-1)  # (..., L, S)
     term = torch.where(keep, log_q.exp() * (log_q - log_p), torch.zeros_like(scores))  # (..., L, S)
     kl = term.sum(-1).clamp(min=0.0)  # (..., L); clamp float noise below 0

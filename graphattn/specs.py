@@ -55,8 +55,8 @@ def topk_keep(weights: Tensor, k: int) -> Tensor:
     Tensor, shape (H, L, S), dtype bool
         Equal, head by head, to ``graphattn.patterns.topk(weights[h], k).mask()``.
     """
-    order = weights.sort(dim=-1, descending=True, stable=True).indices[..., :k]  # (H, L, k)
-    return torch.zeros_like(weights, dtype=torch.bool).scatter_(-1, order, True)  # (H, L, S)
+    counts = torch.full(weights.shape[-2:-1], min(k, weights.shape[-1]), dtype=torch.long)  # (L,)
+    return budget_keep(weights, counts)
 
 
 def threshold_keep(weights: Tensor, tau: float) -> Tensor:
@@ -67,10 +67,12 @@ def threshold_keep(weights: Tensor, tau: float) -> Tensor:
 def budget_keep(weights: Tensor, counts: Tensor) -> Tensor:
     """Oracle top-k with a per-query budget: query i keeps its ``counts[i]`` highest-weight keys.
 
+    Ties go to the lower key j, as in :func:`graphattn.patterns.topk`.
+
     Parameters
     ----------
     weights : Tensor, shape (H, L, S)
-    counts : Tensor, shape (L,), int
+    counts : Tensor, shape (L,), int in [0, S]
         Keys per query, e.g. a fixed pattern's in-degrees, so the oracle keeps
         exactly as many edges as the pattern, query by query.
 
@@ -78,9 +80,20 @@ def budget_keep(weights: Tensor, counts: Tensor) -> Tensor:
     -------
     Tensor, shape (H, L, S), dtype bool
     """
+    counts = counts.view(1, -1, 1)  # (1, L, 1)
+    k_max = int(counts.max()) if counts.numel() else 0
+    if k_max == 0:
+        return torch.zeros_like(weights, dtype=torch.bool)
+    # fast path: keep every key at least as heavy as the counts[i]-th heaviest (torch.topk, no full sort)
+    top = weights.topk(k_max, dim=-1, sorted=True).values  # (H, L, k_max) descending
+    kth = top.gather(-1, (counts.clamp(min=1) - 1).expand(*top.shape[:-1], 1))  # (H, L, 1)
+    keep = (weights >= kth) & (counts > 0)  # (H, L, S)
+    if bool((keep.sum(-1, keepdim=True) == counts).all()):
+        return keep
+    # a tie at the boundary: rank by a stable sort, so ties go to the lower key
     order = weights.sort(dim=-1, descending=True, stable=True).indices  # (H, L, S)
     ranks = torch.empty_like(order).scatter_(-1, order, torch.arange(order.shape[-1]).expand_as(order))  # (H, L, S)
-    return ranks < counts.view(1, -1, 1)  # (H, L, S)
+    return ranks < counts  # (H, L, S)
 
 
 @dataclass

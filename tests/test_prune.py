@@ -148,3 +148,10 @@ def test_prune_command_bad_input_exits_2_with_a_clear_message(tmp_path, capsys):
     assert "nothing.txt" in capsys.readouterr().err
     assert cli.main(["prune", "--limit", "2"]) == 2
     assert "'--limit'" in capsys.readouterr().err
+
+
+def test_budget_keep_breaks_ties_towards_the_lower_key():
+    weights = torch.tensor([[[0.3, 0.3, 0.3, 0.1], [0.1, 0.2, 0.2, 0.5]]])  # (1, 2, 4)
+    keep = budget_keep(weights, torch.tensor([2, 2]))
+    assert keep.int().tolist() == [[[1, 1, 0, 0], [0, 1, 0, 1]]]
+    assert topk_keep(weights, 1).int().tolist() == [[[1, 0, 0, 0], [0, 0, 0, 1]]]
