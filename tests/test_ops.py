@@ -1,0 +1,363 @@
+"""ops.attention: every kernel ("sdpa", "block", "csr") against the dense oracle and a per-edge loop.
+
+References: ``dense.six_steps`` (the oracle; identity projections so that its
+queries/keys/values are ours) for graphs without duplicate edges, and
+``_loop_reference`` (one Python loop per query over its edges, so duplicates
+count twice) for duplicates, unsorted input and ``edge_bias``.
+"""
+
+import math
+
+import pytest
+import torch
+
+from conftest import DTYPES, TOL, assert_close
+from graphattn import AttentionConv, graphs, ops, patterns
+from graphattn.dense import six_steps
+
+KERNELS = ["auto", "csr", "block"]
+
+
+# ------------------------------------------------------------------------------------- references
+def _oracle(q, k, v, edge_index, scale=None, bias=None):
+    """Dense oracle: out (L, H, D_v) and alpha (E, H) for duplicate-free edges."""
+    (L, H, D), S, Dv = q.shape, k.size(0), v.size(2)
+    eye = torch.eye(H * D, dtype=q.dtype)
+    w_k = torch.cat([eye, q.new_zeros(H * Dv, H * D)])  # picks k out of cat(k, v)
+    w_v = torch.cat([q.new_zeros(H * D, H * Dv), torch.eye(H * Dv, dtype=q.dtype)])
+    mask = graphs.edge_index_to_mask(edge_index, (S, L))  # (L, S)
+    dense_bias = None
+    if bias is not None:
+        dense_bias = q.new_zeros(H, L, S)
+        dense_bias[:, edge_index[1], edge_index[0]] = bias.reshape(edge_index.size(1), -1).T.expand(H, -1)
+    steps = six_steps(q.reshape(L, H * D), eye, w_k, w_v, mask, heads=H,
+                      x_kv=torch.cat([k.reshape(S, -1), v.reshape(S, -1)], dim=1), scale=scale, bias=dense_bias)
+    alpha = steps.weights[:, edge_index[1], edge_index[0]].T  # (E, H)
+    return steps.output.view(L, H, Dv), alpha
+
+
+def _loop_reference(q, k, v, edge_index, scale=None, bias=None):
+    """One query at a time over its edges (duplicates are separate edges): out (L, H, D_v), alpha (E, H)."""
+    (L, H, D), Dv = q.shape, v.size(2)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    src, dst = edge_index
+    bias = None if bias is None else bias.reshape(src.numel(), -1)
+    out, alpha = [], [None] * src.numel()
+    for i in range(L):
+        edges = (dst == i).nonzero().flatten().tolist()
+        if not edges:
+            out.append(q.new_zeros(H, Dv))
+            continue
+        s = torch.stack([(q[i] * k[src[e]]).sum(-1) * scale for e in edges])  # (n_i, H)
+        if bias is not None:
+            s = s + torch.stack([bias[e] for e in edges])
+        top = s.max(0).values
+        top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
+        w = torch.exp(s - top)
+        w = w / w.sum(0).clamp_min(torch.finfo(q.dtype).tiny)  # all -inf -> 0 / tiny = 0
+        for n, e in enumerate(edges):
+            alpha[e] = w[n]
+        out.append(sum(w[n].unsqueeze(-1) * v[src[e]] for n, e in enumerate(edges)))
+    return torch.stack(out), (torch.stack(alpha) if alpha else q.new_zeros(0, H))
+
+
+def _qkv(L, S, H=2, D=4, Dv=3, dtype=torch.float64):
+    return [torch.randn(n, H, d, dtype=dtype, requires_grad=True) for n, d in ((L, D), (S, D), (S, Dv))]
+
+
+def _grads(out, alpha, inputs, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    loss = (out * torch.randn(out.shape, generator=g, dtype=out.dtype)).sum()
+    loss = loss + (alpha * torch.randn(alpha.shape, generator=g, dtype=alpha.dtype)).sum()
+    return torch.autograd.grad(loss, inputs, allow_unused=True)
+
+
+def _random_edges(L, S, E, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([torch.randint(0, S, (E,), generator=g), torch.randint(0, L, (E,), generator=g)])
+
+
+GRAPHS = {  # name -> (L, S, edge_index builder); all duplicate-free
+    "window_2_1_L13": (13, 13, lambda: patterns.window(2, 1).edge_index(13)),
+    "window_5_5_L150": (150, 150, lambda: patterns.window(5, 5).edge_index(150)),
+    "causal_L9": (9, 9, lambda: patterns.causal().edge_index(9)),
+    "complete_L6_S5": (6, 5, lambda: patterns.full().edge_index(6, 5)),
+    "random_empty_rows_L7_S11": (7, 11, lambda: torch.unique(_random_edges(7, 11, 20), dim=1)),
+    "bigbird_L97_S70": (97, 70, lambda: patterns.bigbird(8, random_blocks=1).edge_index(97, 70)),
+    "single_node": (1, 1, lambda: torch.tensor([[0], [0]])),
+}
+
+
+# ----------------------------------------------------------------------------------- equivalence
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_every_kernel_equals_oracle(name, dtype, kernel):
+    L, S, build = GRAPHS[name]
+    edge_index = build()
+    inputs = _qkv(L, S, dtype=dtype)
+    out, alpha = ops.attention(*inputs, edge_index, impl=kernel)
+    ref_out, ref_alpha = _oracle(*inputs, edge_index)
+    assert_close(out, ref_out)
+    assert_close(alpha, ref_alpha)
+    for got, want in zip(_grads(out, alpha, inputs), _grads(ref_out, ref_alpha, inputs)):
+        assert_close(got, want)
+
+
+@pytest.mark.parametrize("kernel", ["csr", "block"])
+def test_block_chunks_and_padding(kernel, monkeypatch):
+    """Several chunks of query blocks, padded rows and a dummy key block (L, S not multiples of 64)."""
+    monkeypatch.setattr(ops, "CHUNK_ROWS", 1)
+    L, S = 200, 190
+    edge_index = patterns.window(40, 3).edge_index(L, S)
+    inputs = _qkv(L, S)
+    bias = torch.randn(edge_index.size(1), 2, dtype=torch.float64, requires_grad=True)
+    graph = ops._Graph(edge_index, L, S)
+    assert len(graph.tiles(min_fill=0.0).chunks) > 1
+    out, alpha = ops.attention(*inputs, edge_index, edge_bias=bias, impl=kernel)
+    ref_out, ref_alpha = _oracle(*inputs, edge_index, bias=bias)
+    assert_close(out, ref_out)
+    assert_close(alpha, ref_alpha)
+    for got, want in zip(_grads(out, alpha, inputs + [bias]), _grads(ref_out, ref_alpha, inputs + [bias])):
+        assert_close(got, want)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("bias_heads", [1, 2], ids=["bias_E", "bias_EH"])
+def test_edge_bias_with_minus_inf_and_unsorted_input(bias_heads, kernel):
+    """-inf removes an edge; a query whose edges are all -inf gets a zero row; order does not matter."""
+    L = 70
+    edge_index = patterns.window(3, 3).edge_index(L)
+    E = edge_index.size(1)
+    perm = torch.randperm(E)
+    edge_index = edge_index[:, perm]
+    bias = torch.randn(E, bias_heads, dtype=torch.float64)
+    bias[edge_index[1] == 5] = float("-inf")  # query 5: no edge left
+    bias[torch.arange(E) % 7 == 0] = float("-inf")
+    bias = bias.squeeze(-1).requires_grad_() if bias_heads == 1 else bias.requires_grad_()
+    inputs = _qkv(L, L)
+    out, alpha = ops.attention(*inputs, edge_index, edge_bias=bias, impl=kernel)
+    ref_out, ref_alpha = _loop_reference(*inputs, edge_index, bias=bias)
+    assert torch.equal(out[5], torch.zeros_like(out[5]))
+    assert_close(out, ref_out)
+    assert_close(alpha, ref_alpha)
+    for got, want in zip(_grads(out, alpha, inputs + [bias]), _grads(ref_out, ref_alpha, inputs + [bias])):
+        assert_close(got, want)
+
+
+@pytest.mark.parametrize("kernel", ["auto", "csr"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_duplicate_edges_are_separate_edges(dtype, kernel):
+    """(j, i) listed twice gets two weights and twice the share; unsorted, L != S, empty rows."""
+    L, S = 9, 6
+    edge_index = torch.cat([_random_edges(L, S, 30), torch.tensor([[2, 2, 2], [4, 4, 4]])], dim=1)
+    edge_index = edge_index[:, torch.randperm(edge_index.size(1))]
+    inputs = _qkv(L, S, dtype=dtype)
+    out, alpha = ops.attention(*inputs, edge_index, impl=kernel)
+    ref_out, ref_alpha = _loop_reference(*inputs, edge_index)
+    assert_close(out, ref_out)
+    assert_close(alpha, ref_alpha)
+    for got, want in zip(_grads(out, alpha, inputs), _grads(ref_out, ref_alpha, inputs)):
+        assert_close(got, want)
+
+
+def test_duplicates_refused_by_forced_block_kernel():
+    edge_index = torch.tensor([[0, 0, 1], [0, 0, 1]])
+    with pytest.raises(NotImplementedError, match="duplicates"):
+        ops.attention(*_qkv(2, 2), edge_index, impl="block")
+
+
+def test_no_edges_and_no_nodes():
+    q, k, v = _qkv(4, 3)
+    out, alpha = ops.attention(q, k, v, torch.empty(2, 0, dtype=torch.long))
+    assert torch.equal(out, torch.zeros(4, 2, 3, dtype=torch.float64)) and alpha.shape == (0, 2)
+    out.sum().backward()
+    assert torch.equal(q.grad, torch.zeros_like(q))
+    out, alpha = ops.attention(*_qkv(0, 3), patterns.full())
+    assert out.shape == (0, 2, 3) and alpha.shape == (0, 2)
+
+
+# ------------------------------------------------------------------------------ dense SDPA path
+@pytest.mark.parametrize("need_weights", [True, False], ids=["weights", "no_weights"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind,L,S", [("full", 7, 7), ("full", 5, 8), ("causal", 7, 7), ("causal", 9, 4),
+                                      ("causal", 3, 6)])
+def test_sdpa_path_for_patterns_and_detected_edge_lists(kind, L, S, dtype, need_weights):
+    pattern = patterns.full() if kind == "full" else patterns.causal()
+    edge_index = pattern.edge_index(L, S)
+    shuffled = edge_index[:, torch.randperm(edge_index.size(1))]
+    graph = ops._Graph(shuffled, L, S)
+    inputs = _qkv(L, S, dtype=dtype)
+    assert graph.edge_set() == kind and ops.choose_impl(graph, *inputs) == "sdpa"
+    ref_out, ref_alpha = _oracle(*inputs, edge_index)
+    ref_grads = _grads(ref_out, ref_alpha if need_weights else ref_alpha * 0, inputs)
+    for edges, ref_a in ((pattern, ref_alpha), (edge_index, ref_alpha), (shuffled, _oracle(*inputs, shuffled)[1])):
+        out, alpha = ops.attention(*inputs, edges, need_weights=need_weights)
+        assert_close(out, ref_out)
+        if need_weights:
+            assert_close(alpha, ref_a)
+        else:
+            assert alpha is None
+        if edges is not shuffled:
+            grads = _grads(out, alpha if need_weights else ref_alpha.detach() * 0, inputs)
+            for got, want in zip(grads, ref_grads):
+                assert_close(got, want)
+
+
+def test_forced_sdpa_refuses_other_graphs():
+    with pytest.raises(NotImplementedError, match="impl='sdpa'"):
+        ops.attention(*_qkv(5, 5), patterns.window(1, 1).edge_index(5), impl="sdpa")
+
+
+def test_choose_impl_rules():
+    def chosen(edge_index, L, S, **kw):
+        return ops.choose_impl(ops._Graph(edge_index, L, S), *_qkv(L, S), **kw)
+
+    assert chosen(patterns.window(32, 32).edge_index(256), 256, 256) == "block"
+    assert chosen(patterns.window(2, 2).edge_index(256), 256, 256) == "csr"
+    assert chosen(patterns.random(4).edge_index(512), 512, 512) == "csr"
+    assert chosen(patterns.full().edge_index(30), 30, 30) == "sdpa"
+    assert chosen(patterns.causal().edge_index(30), 30, 30) == "sdpa"
+    assert chosen(patterns.causal().edge_index(256), 256, 256, edge_bias=torch.zeros(32896, 1)) == "block"
+
+
+# ------------------------------------------------------------------ non-finite features elsewhere
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("where", ["key", "value"])
+@pytest.mark.parametrize("case", ["causal_pattern", "causal_edges", "window_block", "window_csr"])
+def test_non_finite_features_of_non_neighbours_do_not_leak(case, where, bad):
+    """Query i's output and gradients ignore NaN/inf in the features of nodes it does not read."""
+    L, poisoned = 80, 70
+    pattern = patterns.causal() if case.startswith("causal") else patterns.window(4, 4)
+    edge_index = pattern.edge_index(L)
+    edges = pattern if case == "causal_pattern" else edge_index
+    kernel = "csr" if case == "window_csr" else "auto"
+    q, k, v = _qkv(L, L)
+    readers = edge_index[1][edge_index[0] == poisoned].unique()
+    safe = torch.ones(L, dtype=torch.bool)
+    safe[readers] = False
+    clean_out, _ = ops.attention(q, k, v, edge_index, impl="csr")
+    clean_grad = torch.autograd.grad(clean_out[safe].sum(), q)[0]
+    with torch.no_grad():
+        (k if where == "key" else v)[poisoned] = bad
+    out, alpha = ops.attention(q, k, v, edges, impl=kernel)
+    assert torch.isfinite(out[safe]).all()
+    assert_close(out[safe], clean_out[safe])
+    grad = torch.autograd.grad(out[safe].sum(), q)[0]  # readers get NaN (0 * NaN), as in dense autograd
+    assert_close(grad[safe], clean_grad[safe])
+
+
+@pytest.mark.parametrize("kernel", ["block", "csr"])
+def test_non_finite_gradient_rows_do_not_leak(kernel):
+    """A NaN in dL/d out_i reaches only the keys and values that i reads."""
+    L, bad_row = 130, 100
+    edge_index = patterns.window(3, 3).edge_index(L)
+    q, k, v = _qkv(L, L)
+    out, _ = ops.attention(q, k, v, edge_index, impl=kernel)
+    grad = torch.randn_like(out)
+    grad[bad_row] = float("nan")
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad)
+    read = torch.zeros(L, dtype=torch.bool)
+    read[edge_index[0][edge_index[1] == bad_row]] = True
+    assert torch.isfinite(dv[~read]).all() and torch.isfinite(dk[~read]).all()
+    grad[bad_row] = 0.0
+    ref = torch.autograd.grad(ops.attention(q, k, v, edge_index, impl="csr")[0], (q, k, v), grad)
+    assert_close(dv[~read], ref[2][~read])
+
+
+# ------------------------------------------------------------------------------------- dropout
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_dropout_is_consistent_with_returned_weights(kernel):
+    """out = sum_j alpha_dropped v_j, alpha_dropped in {0, alpha / (1 - p)}; gradients through the same mask."""
+    L, p = 70, 0.4
+    edge_index = patterns.window(4, 2).edge_index(L)
+    inputs = _qkv(L, L)
+    out, alpha_d = ops.attention(*inputs, edge_index, dropout=p, impl=kernel)
+    _, alpha = _oracle(*inputs, edge_index)
+    keep = alpha_d != 0
+    assert 0.3 < keep.double().mean() < 0.9
+    assert_close(alpha_d, torch.where(keep, alpha / (1 - p), torch.zeros_like(alpha)))
+    ref_alpha = alpha * keep / (1 - p)
+    src, dst = edge_index
+    ref_out = torch.zeros_like(out).index_add(0, dst, ref_alpha.unsqueeze(-1) * inputs[2][src])
+    assert_close(out, ref_out)
+    for got, want in zip(_grads(out, alpha_d, inputs), _grads(ref_out, ref_alpha, inputs)):
+        assert_close(got, want)
+    eval_out, _ = ops.attention(*inputs, edge_index, dropout=p, training=False, impl=kernel)
+    assert_close(eval_out, _oracle(*inputs, edge_index)[0])
+
+
+def test_dropout_on_the_sdpa_path():
+    L, p = 16, 0.5
+    inputs = _qkv(L, L)
+    out, alpha_d = ops.attention(*inputs, patterns.causal(), dropout=p)
+    ref_out, alpha = _oracle(*inputs, patterns.causal().edge_index(L))
+    keep = alpha_d != 0
+    assert_close(alpha_d, torch.where(keep, alpha / (1 - p), torch.zeros_like(alpha)))
+    src, dst = patterns.causal().edge_index(L)
+    assert_close(out, torch.zeros_like(out).index_add(0, dst, alpha_d.unsqueeze(-1) * inputs[2][src]))
+    fused, _ = ops.attention(*inputs, patterns.full(), dropout=p, need_weights=False)
+    assert torch.isfinite(fused).all() and not torch.allclose(fused, _oracle(*inputs, patterns.full().edge_index(L))[0])
+    fused, _ = ops.attention(*inputs, patterns.full(), dropout=p, need_weights=False, training=False)
+    assert_close(fused, _oracle(*inputs, patterns.full().edge_index(L))[0])
+
+
+# ------------------------------------------------------------------------------------- gradcheck
+@pytest.mark.parametrize("kernel", ["csr", "block"])
+def test_gradcheck_autograd_functions(kernel):
+    L, S = 6, 5
+    edge_index = torch.tensor([[0, 1, 4, 2, 3, 0, 4, 1], [0, 0, 1, 2, 2, 3, 3, 5]])  # query 4: no edge
+    q, k, v = _qkv(L, S, H=2, D=3, Dv=2)
+    bias = torch.randn(edge_index.size(1), 2, dtype=torch.float64, requires_grad=True)
+
+    def f(q, k, v, bias):
+        return ops.attention(q, k, v, edge_index, edge_bias=bias, impl=kernel)
+
+    assert torch.autograd.gradcheck(f, (q, k, v, bias))
+
+
+# ------------------------------------------------------------------------- layer and public API
+@pytest.mark.parametrize("pattern", [patterns.window(6, 6), patterns.random(5)], ids=["block", "csr"])
+def test_message_passing_path_equals_fast_path(pattern):
+    L, heads = 100, 4
+    fast = AttentionConv(16, 16, heads=heads).double()
+    slow = AttentionConv(16, 16, heads=heads, impl="message_passing").double()
+    slow.load_state_dict(fast.state_dict())
+    edge_index = pattern.edge_index(L)
+    x = torch.randn(L, 16, dtype=torch.float64)
+    ys = [conv(x, edge_index, return_attention_weights=True) for conv in (fast, slow)]
+    assert_close(ys[0][0], ys[1][0])
+    assert_close(ys[0][1][1], ys[1][1][1])
+    grads = [torch.autograd.grad(y.sum() + (a ** 2).sum(), conv.parameters())
+             for (y, (_, a)), conv in zip(ys, (fast, slow))]
+    for got, want in zip(*grads):
+        assert_close(got, want)
+
+
+def test_segment_softmax_equals_dense_softmax():
+    L, S = 6, 5
+    edge_index = torch.unique(_random_edges(L, S, 20), dim=1)
+    score = torch.randn(edge_index.size(1), 3, dtype=torch.float64)
+    dense = torch.full((3, L, S), float("-inf"), dtype=torch.float64)
+    dense[:, edge_index[1], edge_index[0]] = score.T
+    ref = torch.softmax(dense, -1).nan_to_num(0.0)[:, edge_index[1], edge_index[0]].T
+    assert_close(ops.segment_softmax(score, edge_index[1], L), ref)
+
+
+def test_bad_input():
+    q, k, v = _qkv(3, 3)
+    edge_index = patterns.full().edge_index(3)
+    with pytest.raises(ValueError, match="'impl'"):
+        ops.attention(q, k, v, edge_index, impl="fast")
+    with pytest.raises(TypeError, match="'edge_index'"):
+        ops.attention(q, k, v, [[0], [0]])
+    with pytest.raises(ValueError, match="'dropout'"):
+        ops.attention(q, k, v, edge_index, dropout=1.0)
+    with pytest.raises(ValueError, match="'edge_bias'"):
+        ops.attention(q, k, v, edge_index, edge_bias=torch.zeros(4, dtype=torch.float64))
+    with pytest.raises(IndexError, match="S = 3"):
+        ops.attention(q, k, v, torch.tensor([[3], [0]]))
+
+
+def test_tolerance_table_is_the_shared_one():
+    assert TOL[torch.float64]["atol"] == 1e-10
