@@ -32,6 +32,14 @@ pattern followed by ``oracle(<pattern>)``: top-k from the dense weights with
 the pattern's own per-query budget (query i keeps as many keys as the
 pattern gives it, so both keep exactly the same number of edges).
 
+The hook is a transformers attention function of its own (registered as
+``"graphattn_prune"``, active only inside :func:`run_experiment`) rather than
+:func:`graphattn.interop.hf.sparsity`, because the local metrics need each
+layer's values and dense weights next to the sparse output; a test pins the
+two to each other on a fixed pattern. The Sparse Transformer's ``strided`` and
+``fixed`` patterns are causal, as in the paper: on this bidirectional encoder
+they also drop every key to the right of the query.
+
 Columns: ``density`` kept (edge, head) pairs / dense ones over all layers
 and passages, in [0, 1]; ``keys_per_query`` mean kept keys per query and head;
 ``mass`` mean over queries, heads, layers of the dense mass on kept edges;
@@ -92,12 +100,13 @@ class _Run:
         if bool((keep == keep[:1]).all()):  # one edge set for all heads
             edge_index = ga.graphs.mask_to_edge_index(keep[0])  # (2, E)
             y, _ = ga.attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), edge_index,
-                                scale=scale)  # (n, H, D)
+                                scale=scale, need_weights=False)  # (n, H, D)
         else:  # per-head edge sets: H disjoint graphs of n nodes, node h * n + i, one head each
             h, i, j = keep.nonzero(as_tuple=True)  # (E,) each, sorted by (h, i, j)
             edge_index = torch.stack([h * n + j, h * n + i])  # (2, E)
             y, _ = ga.attention(q.reshape(heads * n, 1, dim), k.reshape(heads * n, 1, dim),
-                                v.reshape(heads * n, 1, dim), edge_index, scale=scale)  # (H n, 1, D)
+                                v.reshape(heads * n, 1, dim), edge_index, scale=scale,
+                                need_weights=False)  # (H n, 1, D)
             y = y.view(heads, n, dim).transpose(0, 1)  # (n, H, D)
         self.attn_s += time.perf_counter() - t0
         if not bool(torch.isfinite(y).all()):
