@@ -2,8 +2,9 @@
 
 64 real English sentences (the Python reference documentation shipped with
 CPython, ``pydoc_data.topics``), tokenised into one padded batch of at most 128
-tokens, one forward pass each; the median of ``--repeats`` timed runs after a
-warm-up. Prints seconds and the ratio graphattn / eager (target: at most 2).
+tokens, one forward pass each; ``--repeats`` rounds after a warm-up, the three
+implementations alternating within each round. Prints the median seconds and
+the median per-round ratio graphattn / eager (target: at most 2).
 
     python benchmarks/hf_forward.py [--batch 64] [--max-length 128] [--repeats 7] [--threads N]
 """
@@ -30,14 +31,21 @@ def real_sentences(n: int, seed: int = 0, min_words: int = 4) -> list[str]:
     return random.Random(seed).sample(sentences, n)
 
 
-def median_time(fn, repeats: int) -> float:
-    fn()  # warm-up (also builds caches: a fresh mask each call, so the graph is rebuilt every run)
-    times = []
+def interleaved_times(fns: dict, repeats: int) -> dict[str, list[float]]:
+    """Seconds per call of each function, the functions alternating in every round.
+
+    Alternating spreads the load of a shared machine evenly over the
+    implementations, so the per-round ratios are fairer than separate runs.
+    """
+    for fn in fns.values():
+        fn()  # warm-up
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def main(argv=None) -> int:
@@ -58,13 +66,19 @@ def main(argv=None) -> int:
     lengths = batch["attention_mask"].sum(1)
     print(f"{len(texts)} sentences, tokens per sentence: min {int(lengths.min())}, mean {float(lengths.float().mean()):.1f}, "
           f"max {int(lengths.max())}; padded to {batch['input_ids'].shape[1]}; torch threads {torch.get_num_threads()}")
-    seconds = {}
-    for impl, (model, _) in models.items():
-        with torch.inference_mode():
-            seconds[impl] = median_time(lambda: model(**batch), args.repeats)
-        print(f"{impl:>10}: {seconds[impl] * 1e3:8.1f} ms")
-    print(f"ratio graphattn / eager: {seconds['graphattn'] / seconds['eager']:.2f}  "
-          f"(graphattn / sdpa: {seconds['graphattn'] / seconds['sdpa']:.2f})")
+    def forward(model):
+        def run():
+            with torch.inference_mode():  # a fresh mask every call: the graph is rebuilt once per forward
+                model(**batch)
+        return run
+
+    times = interleaved_times({impl: forward(model) for impl, (model, _) in models.items()}, args.repeats)
+    for impl, ts in times.items():
+        print(f"{impl:>10}: median {statistics.median(ts) * 1e3:8.1f} ms  (min {min(ts) * 1e3:.1f})")
+    for ref in ("eager", "sdpa"):
+        ratios = [g / r for g, r in zip(times["graphattn"], times[ref])]
+        print(f"ratio graphattn / {ref}: median {statistics.median(ratios):.2f} over {len(ratios)} rounds "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     return 0
 
 

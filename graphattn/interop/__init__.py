@@ -4,6 +4,8 @@
   GPT-2, ...) with every attention layer as graph attention
   (``attn_implementation="graphattn"``), the packaged all-MiniLM-L6-v2 loader,
   sentence embeddings, and the per-layer sparsity hook.
+- :mod:`graphattn.interop.masks`: transformers' attention masks as one
+  disjoint graph per batch (padding = absent nodes), sparsity intersected in.
 - :mod:`graphattn.interop.records`: :class:`AttentionRecord`, the per-sentence
   attention graphs (tokens, ``edge_index`` and ``alpha`` per layer) that the
   analysis, plotting and pruning code consume.

@@ -16,15 +16,16 @@ every self-attention layer, over one disjoint graph holding the whole batch:
 3) attend         ``ops.attention`` on nodes ``b * L + i`` (queries) and
    ``b * S + j`` (keys) of the flattened batch; one call per layer.
 
-The graph of step 1 is built once per forward pass (all layers receive the same
-mask object) and cached. Valid positions equal the ``"eager"`` implementation;
-padded positions differ (eager lets a padding query attend the real tokens, here
-it has no edges), which changes nothing a real token sees. Attention weights are
-returned as a dense ``(B, H, L, S)`` tensor only when ``output_attentions=True``.
+Steps 1 and 2 live in :mod:`graphattn.interop.masks`. The graph of step 1 is
+built once per forward pass (all layers receive the same mask object) and
+cached. Valid positions equal the ``"eager"`` implementation; padded positions
+differ (eager lets a padding query attend the real tokens, here it has no
+edges), which changes nothing a real token sees. Attention weights are returned
+as a dense ``(B, H, L, S)`` tensor only when ``output_attentions=True``.
 
 Per-head edge sets (top-k per head): the graph is the union over heads, and an
 edge missing in head h gets ``edge_bias = -inf`` in that head, so its weight
-there is exactly 0. One gather serves all heads, at the cost of the union's edges.
+there is exactly 0. One call serves all heads, at the cost of the union's edges.
 
 References
 ----------
@@ -37,12 +38,12 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from graphattn import ops
+from graphattn.interop.masks import base_graph, is_pattern, sparse_graph
 
 __all__ = ["IMPLEMENTATION", "register", "graph_attention_forward", "sparsity", "attention_conv_from_hf",
            "load_minilm", "sentence_embeddings"]
@@ -67,138 +68,6 @@ def register() -> str:
     AttentionInterface.register(IMPLEMENTATION, graph_attention_forward)
     AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
     return IMPLEMENTATION
-
-
-# -- 1) mask -> graph ----------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class BatchGraph:
-    """One layer's attention graph over a padded batch, flattened to nodes.
-
-    Query i of sequence b is node ``b * L + i``; key j is node ``b * S + j``.
-    ``edge_index`` (2, E) is sorted by sequence, query, key. ``allowed``
-    (B, Hm, L, S) is the same edge set as a mask (Hm = 1 or H), ``bias`` the
-    additive per-edge mask values or None, ``edge_bias`` (E, Hm) what
-    ``ops.attention`` gets (-inf where a head lacks an edge of the union).
-    """
-
-    edge_index: Tensor
-    edge_bias: Tensor | None
-    allowed: Tensor
-    bias: Tensor | None
-    shape: tuple[int, int, int]  # (B, L, S)
-    derived: dict = field(default_factory=dict)  # per-graph cache, e.g. pattern masks
-
-    def positions(self) -> tuple[Tensor, Tensor, Tensor]:
-        """``(b, i, j)`` of every edge: sequence, query position, key position, each (E,)."""
-        _, num_q, num_k = self.shape
-        src, dst = self.edge_index
-        return dst // num_q, dst % num_q, src % num_k
-
-    def dense(self, alpha: Tensor) -> Tensor:
-        """Scatter ``alpha (E, H)`` to dense weights ``(B, H, L, S)``, zero off the edges."""
-        b, i, j = self.positions()
-        dense = alpha.new_zeros(*self.shape, alpha.size(1))  # (B, L, S, H)
-        dense[b, i, j] = alpha
-        return dense.permute(0, 3, 1, 2)  # (B, H, L, S)
-
-
-def _graph_from_mask(allowed: Tensor, bias: Tensor | None, drop_absent: bool) -> BatchGraph:
-    """Edges of ``allowed (B, Hm, L, S)``; with ``drop_absent``, a key no query reads loses its query row too."""
-    num_b, num_m, num_q, num_k = allowed.shape
-    union = allowed.any(dim=1)  # (B, L, S)
-    if drop_absent and num_q == num_k:
-        present = union.any(dim=1)  # (B, S): some query reads token j
-        union = union & present.unsqueeze(-1)  # (B, L, S): absent tokens ask nothing either
-        allowed = allowed & union.unsqueeze(1)  # (B, Hm, L, S)
-    b, i, j = union.nonzero(as_tuple=True)  # (E,) each, sorted by (b, i, j)
-    edge_index = torch.stack([b * num_k + j, b * num_q + i])  # (2, E)
-    edge_bias = None
-    if bias is not None or num_m > 1:
-        edge_bias = bias[b, :, i, j] if bias is not None else torch.zeros(b.numel(), 1, device=b.device)  # (E, 1|Hm)
-        if num_m > 1:  # (E, Hm): -inf removes the edge from the heads that lack it
-            edge_bias = edge_bias.expand(-1, num_m).masked_fill(~allowed[b, :, i, j], float("-inf"))
-    return BatchGraph(edge_index, edge_bias, allowed, bias, (num_b, num_q, num_k))
-
-
-_CACHE: dict = {"mask": None, "key": None, "graph": None}
-
-
-def _base_graph(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool,
-                device) -> BatchGraph:
-    """The graph of a transformers mask, cached on the mask object (shared by all layers of a forward)."""
-    key = (num_b, num_q, num_k, causal, str(device),
-           None if attention_mask is None else id(attention_mask))
-    if _CACHE["key"] == key and _CACHE["mask"] is attention_mask:
-        return _CACHE["graph"]
-    if attention_mask is None:  # SDPA semantics: causal (upper-left, j <= i) or complete
-        q = torch.arange(num_q, device=device).unsqueeze(1)  # (L, 1)
-        kv = torch.arange(num_k, device=device).unsqueeze(0)  # (1, S)
-        allowed = (kv <= q) if causal else torch.ones(num_q, num_k, dtype=torch.bool, device=device)  # (L, S)
-        graph = _graph_from_mask(allowed.expand(num_b, 1, num_q, num_k), None, drop_absent=False)
-    elif attention_mask.dim() != 4 or attention_mask.size(-2) != num_q or attention_mask.size(-1) != num_k:
-        raise ValueError(f"Expected 'attention_mask' to have shape (B, 1 or H, {num_q}, {num_k}) "
-                         f"(got {tuple(attention_mask.shape)})")
-    elif attention_mask.dtype == torch.bool:  # True = may attend
-        graph = _graph_from_mask(attention_mask.expand(num_b, -1, -1, -1), None, drop_absent=True)
-    else:  # additive: finfo.min or -inf blocks, other values are a bias on the edge
-        mask = attention_mask.expand(num_b, -1, -1, -1)  # (B, Hm, L, S)
-        allowed = mask > torch.finfo(mask.dtype).min / 2  # (B, Hm, L, S)
-        bias = mask if bool((mask.masked_fill(~allowed, 0) != 0).any()) else None
-        graph = _graph_from_mask(allowed, bias, drop_absent=True)
-    _CACHE.update(mask=attention_mask, key=key, graph=graph)
-    return graph
-
-
-# -- 2) sparsity ---------------------------------------------------------------------------------
-
-
-def _is_pattern(obj) -> bool:
-    return hasattr(obj, "edge_index") and hasattr(obj, "mask") and not isinstance(obj, Tensor)
-
-
-def _pattern_mask(pattern, graph: BatchGraph) -> Tensor:
-    """``pattern`` in each sequence's own token positions (padding skipped), as a (B, 1, L, S) mask."""
-    if pattern in graph.derived:
-        return graph.derived[pattern]
-    num_b, num_q, num_k = graph.shape
-    if num_q != num_k:
-        raise NotImplementedError(f"A Pattern needs self-attention, L == S (got L={num_q}, S={num_k})")
-    present = graph.allowed.any(dim=1).any(dim=1)  # (B, S): tokens that exist
-    out = torch.zeros(num_b, 1, num_q, num_k, dtype=torch.bool, device=present.device)  # (B, 1, L, S)
-    cache: dict[int, Tensor] = {}
-    for b in range(num_b):
-        idx = present[b].nonzero().squeeze(1)  # (n,) padded positions of the n tokens
-        n = idx.numel()
-        if n not in cache:
-            cache[n] = pattern.mask(n).to(present.device)  # (n, n)
-        out[b, 0, idx.unsqueeze(1), idx.unsqueeze(0)] = cache[n]
-    graph.derived[pattern] = out
-    return out
-
-
-def _sparse_graph(graph: BatchGraph, spec, layer: int, query: Tensor, key: Tensor) -> BatchGraph:
-    """Intersect ``graph`` with what the sparsity ``spec`` allows in ``layer``."""
-    num_b, num_q, num_k = graph.shape
-    heads = query.size(1)
-    result = spec if _is_pattern(spec) else spec(layer, query, key, graph.allowed.any(dim=1))
-    if result is None:
-        return graph
-    if _is_pattern(result):
-        keep = _pattern_mask(result, graph)  # (B, 1, L, S)
-    elif isinstance(result, Tensor) and result.dtype == torch.bool and result.dim() in (2, 4):
-        keep = result if result.dim() == 4 else result[None, None]  # (B or 1, H or 1, L, S)
-        if keep.shape[-2:] != (num_q, num_k) or keep.size(0) not in (1, num_b) or keep.size(1) not in (1, heads):
-            raise ValueError(f"Expected the sparsity mask to have shape (L, S) or (B or 1, H or 1, L, S) with "
-                             f"B={num_b}, H={heads}, L={num_q}, S={num_k} (got {tuple(result.shape)})")
-    else:
-        got = f"Tensor of {result.dtype}, shape {tuple(result.shape)}" if isinstance(result, Tensor) else \
-            type(result).__name__
-        raise TypeError("Expected the sparsity function to return None, a Pattern or a bool mask (L, S) or "
-                        f"(B, H, L, S), True = may attend (got {got})")
-    allowed = graph.allowed & keep.to(graph.allowed.device)  # (B, Hm, L, S)
-    return _graph_from_mask(allowed, graph.bias, drop_absent=False)
 
 
 def _index_layers(model: nn.Module) -> list[nn.Module]:
@@ -246,7 +115,7 @@ def sparsity(model: nn.Module, spec):
     ...     out = model(**batch)
     """
     _check_model(model)
-    if not (_is_pattern(spec) or callable(spec)):
+    if not (is_pattern(spec) or callable(spec)):
         raise TypeError(f"Expected 'spec' to be a Pattern or a callable (got {type(spec).__name__})")
     modules = _index_layers(model)
     for m in modules:
@@ -326,11 +195,11 @@ def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value
         value = value.repeat_interleave(heads // value.size(1), dim=1)  # (B, H, S, D_v)
     is_causal = kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
-    graph = _base_graph(attention_mask, num_b, num_q, num_k, bool(is_causal) and num_q > 1, query.device)
+    graph = base_graph(attention_mask, num_b, num_q, num_k, bool(is_causal) and num_q > 1, query.device)
     layer = _LAYERS.get(module)
     spec = _SPARSITY.get(module)
     if spec is not None:
-        graph = _sparse_graph(graph, spec, layer, query, key)
+        graph = sparse_graph(graph, spec, layer, query, key)
     q = query.transpose(1, 2).reshape(num_b * num_q, heads, dim)  # (B*L, H, D)
     k = key.transpose(1, 2).reshape(num_b * num_k, heads, dim)  # (B*S, H, D)
     v = value.transpose(1, 2).reshape(num_b * num_k, heads, value.size(-1))  # (B*S, H, D_v)
