@@ -46,6 +46,7 @@ __all__ = [
     "self_share",
     "mean_attention_distance",
     "mean_cosine_similarity",
+    "smoothing_per_layer",
 ]
 
 FLOW_MAX_NODES = 32  # attention flow runs N^2 max-flows on a graph of (layers + 1) N nodes
@@ -505,3 +506,32 @@ def mean_cosine_similarity(x: Tensor) -> float:
     sim = unit @ unit.T  # (N, F) · (F, N) -> (N, N)
     n = x.size(0)
     return float((sim.sum() - sim.diagonal().sum()) / (n * (n - 1)))
+
+
+def smoothing_per_layer(hidden_states: Sequence[Tensor]) -> list[float]:
+    """:func:`mean_cosine_similarity` of each layer's token representations.
+
+    Parameters
+    ----------
+    hidden_states : sequence of Tensor, each shape (N, F)
+        E.g. the embedding output and every layer's output of one sequence
+        (``AttentionRecord.hidden_states``, or a Hugging Face model's
+        ``hidden_states`` with the batch axis removed and padding dropped).
+
+    Returns
+    -------
+    list of float
+        One value in [-1, 1] per entry; a rising sequence is over-smoothing.
+
+    Raises
+    ------
+    ValueError
+        As :func:`mean_cosine_similarity`, for any entry.
+
+    Examples
+    --------
+    >>> import torch
+    >>> smoothing_per_layer([torch.eye(3), torch.ones(3, 2)])
+    [0.0, 1.0]
+    """
+    return [mean_cosine_similarity(h) for h in hidden_states]

@@ -200,3 +200,8 @@ def test_mean_cosine_similarity_known_answers():
     with pytest.raises(ValueError, match="N >= 2"):
         analysis.mean_cosine_similarity(torch.ones(1, 3))
 
+
+
+def test_smoothing_per_layer():
+    states = [torch.eye(4), torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.ones(3, 5)]
+    assert analysis.smoothing_per_layer(states) == pytest.approx([0.0, 1 / 2 ** 0.5, 1.0])
