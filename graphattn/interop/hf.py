@@ -195,7 +195,9 @@ def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value
         value = value.repeat_interleave(heads // value.size(1), dim=1)  # (B, H, S, D_v)
     is_causal = kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
-    graph = base_graph(attention_mask, num_b, num_q, num_k, bool(is_causal) and num_q > 1, query.device)
+    cross = "Cross" in type(module).__name__ or bool(getattr(module, "is_cross_attention", False))
+    graph = base_graph(attention_mask, num_b, num_q, num_k, bool(is_causal) and num_q > 1, query.device,
+                       self_attention=not cross)
     layer = _LAYERS.get(module)
     spec = _SPARSITY.get(module)
     if spec is not None:

@@ -70,16 +70,23 @@ def graph_from_mask(allowed: Tensor, bias: Tensor | None, drop_absent: bool) -> 
     return BatchGraph(edge_index, edge_bias, allowed, bias, (num_b, num_q, num_k))
 
 
-_CACHE: dict = {"mask": None, "key": None, "graph": None}
+_CACHE: dict = {}  # key -> (mask, graph); the mask is held so that its id stays unique
+_CACHE_SIZE = 4  # self- and cross-attention masks of one forward pass fit
 
 
 def base_graph(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool,
-                device) -> BatchGraph:
-    """The graph of a transformers mask, cached on the mask object (shared by all layers of a forward)."""
-    key = (num_b, num_q, num_k, causal, str(device),
+               device, self_attention: bool = True) -> BatchGraph:
+    """The graph of a transformers mask, cached on the mask object (shared by all layers of a forward).
+
+    With ``self_attention`` (queries and keys are the same tokens), a token that
+    no query may read is padding: its query row loses its edges too.
+    """
+    key = (num_b, num_q, num_k, causal, str(device), self_attention,
            None if attention_mask is None else id(attention_mask))
-    if _CACHE["key"] == key and _CACHE["mask"] is attention_mask:
-        return _CACHE["graph"]
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is attention_mask:
+        return hit[1]
+    drop = self_attention
     if attention_mask is None:  # SDPA semantics: causal (upper-left, j <= i) or complete
         q = torch.arange(num_q, device=device).unsqueeze(1)  # (L, 1)
         kv = torch.arange(num_k, device=device).unsqueeze(0)  # (1, S)
@@ -89,13 +96,15 @@ def base_graph(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int
         raise ValueError(f"Expected 'attention_mask' to have shape (B, 1 or H, {num_q}, {num_k}) "
                          f"(got {tuple(attention_mask.shape)})")
     elif attention_mask.dtype == torch.bool:  # True = may attend
-        graph = graph_from_mask(attention_mask.expand(num_b, -1, -1, -1), None, drop_absent=True)
+        graph = graph_from_mask(attention_mask.expand(num_b, -1, -1, -1), None, drop_absent=drop)
     else:  # additive: finfo.min or -inf blocks, other values are a bias on the edge
         mask = attention_mask.expand(num_b, -1, -1, -1)  # (B, Hm, L, S)
         allowed = mask > torch.finfo(mask.dtype).min / 2  # (B, Hm, L, S)
         bias = mask if bool((mask.masked_fill(~allowed, 0) != 0).any()) else None
-        graph = graph_from_mask(allowed, bias, drop_absent=True)
-    _CACHE.update(mask=attention_mask, key=key, graph=graph)
+        graph = graph_from_mask(allowed, bias, drop_absent=drop)
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))  # the oldest entry
+    _CACHE[key] = (attention_mask, graph)
     return graph
 
 
