@@ -531,7 +531,7 @@ def smoothing_per_layer(hidden_states: Sequence[Tensor]) -> list[float]:
     Examples
     --------
     >>> import torch
-    >>> smoothing_per_layer([torch.eye(3), torch.ones(3, 2)])
+    >>> [round(s, 6) for s in smoothing_per_layer([torch.eye(3), torch.ones(3, 2)])]
     [0.0, 1.0]
     """
     return [mean_cosine_similarity(h) for h in hidden_states]
