@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +41,7 @@ from torch import Tensor
 
 from graphattn.graphs import check_edge_index
 
-__all__ = ["attention", "segment_softmax", "check_qkv", "check_edge_bias", "choose_impl", "IMPLS"]
+__all__ = ["attention", "prepare", "segment_softmax", "check_qkv", "check_edge_bias", "choose_impl", "IMPLS"]
 
 IMPLS = ("auto", "sdpa", "block", "csr")
 BLOCK = 64  # tile size of the "block" kernel (queries and keys)
@@ -166,6 +167,11 @@ class _Graph:
 
     def edge_set(self) -> str | None:
         """``"full"`` or ``"causal"`` if the edges are exactly that set (each once), else None."""
+        if not hasattr(self, "_edge_set"):
+            self._edge_set = self._find_edge_set()
+        return self._edge_set
+
+    def _find_edge_set(self) -> str | None:
         if self.has_duplicates or self.E == 0:
             return None
         if self.E == self.L * self.S:
@@ -195,9 +201,10 @@ class _Tiles:
     """For each block of ``B`` queries, the ``nt`` key blocks its edges touch (padded with a dummy).
 
     ``rows (nqb, nt * B)``: key row of each column of a query block's tile row
-    (the dummy block ``nkb`` is all zeros); ``mask (nqb * B, nt * B)``: True at
-    edges; ``qb``, ``r``, ``c`` ``(E,)``: where each sorted edge sits, as
-    ``scores[qb, :, r, c]`` of the per-block scores ``(nqb, H, B, nt * B)``.
+    (the dummy block ``nkb`` is all zeros); ``blocked (nqb * B, nt * B)``: True
+    off the edges; ``flat (E,)``: where each sorted edge sits in the per-head
+    score plane ``(nqb * B, nt * B)``; ``chunks``: ``(b0, b1, e0, e1)`` ranges of
+    query blocks and of their (contiguous, sorted) edges.
     """
 
     @staticmethod
@@ -221,18 +228,87 @@ class _Tiles:
         kb_list[qbs, slot[qbs, kbs]] = kbs
         self = _Tiles()
         self.B, self.nt, self.nqb, self.nkb, self.fill = B, nt, nqb, nkb, fill
-        arange_b = torch.arange(B, device=src.device)
-        self.rows = (kb_list.unsqueeze(-1) * B + arange_b).view(nqb, nt * B)  # (nqb, nt*B)
-        self.qb, self.r = dst // B, dst % B  # (E,), (E,)
-        self.c = slot.view(-1)[tile] * B + src % B  # (E,)
-        self.mask = torch.zeros(nqb * B, nt * B, dtype=torch.bool, device=src.device)
-        self.mask[dst, self.c] = True  # (nqb*B, nt*B)
+        self.rows = (kb_list.unsqueeze(-1) * B + torch.arange(B, device=src.device)).view(nqb, nt * B)  # (nqb, nt*B)
+        self.flat = dst * (nt * B) + slot.view(-1)[tile] * B + src % B  # (E,)
+        self.blocked = torch.ones(nqb * B, nt * B, dtype=torch.bool, device=src.device)
+        self.blocked.view(-1)[self.flat] = False  # (nqb*B, nt*B)
         self.empty_rows = F.pad(graph.deg == 0, (0, nqb * B - L), value=True)  # (nqb*B,)
         self.has_empty = bool(self.empty_rows.any())
-        # chunks of query blocks whose gathered keys stay about the size of the keys (O(N H D))
-        step = max(1, max(S, CHUNK_ROWS) // (nt * B))
-        self.chunks = [(b0, min(nqb, b0 + step)) for b0 in range(0, nqb, step)]
+        # chunks of query blocks whose gathered key rows stay within a few times S (O(N H D))
+        step = max(1, max(4 * S, CHUNK_ROWS) // (nt * B))
+        bounds = [(b0, min(nqb, b0 + step)) for b0 in range(0, nqb, step)]
+        crow = graph.crow.tolist()
+        self.chunks = [(b0, b1, crow[min(b0 * B, L)], crow[min(b1 * B, L)]) for b0, b1 in bounds]
         return self
+
+
+_CACHE: dict[int, tuple] = {}  # id(edge_index or pattern) -> (weakref, key, graph)
+CACHE_SIZE = 8
+
+
+def _cached_graph(obj, key: tuple, build) -> _Graph:
+    """The structure of ``obj`` (an edge_index tensor or a pattern), built once while ``obj`` lives.
+
+    ``key`` holds what the structure depends on besides identity (sizes, device,
+    and the tensor's version counter, which in-place edits bump).
+    """
+    entry = _CACHE.get(id(obj))
+    if entry is not None and entry[0]() is obj and entry[1] == key:
+        return entry[2]
+    graph = build()
+    oid = id(obj)
+
+    def forget(ref, oid=oid):
+        if _CACHE.get(oid, (None,))[0] is ref:
+            del _CACHE[oid]
+
+    _CACHE[oid] = (weakref.ref(obj, forget), key, graph)
+    while len(_CACHE) > CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    return graph
+
+
+def prepare(edge_index, num_targets: int, num_sources: int | None = None, device=None) -> _Graph:
+    """Sort and index the edges once (CSR by target, tile layout) for :func:`attention`.
+
+    :func:`attention` calls this itself and keeps the result while
+    ``edge_index`` (tensor or pattern) lives and is not modified in place, so
+    several layers on one graph pay for it once. Call it directly to time it.
+
+    Parameters
+    ----------
+    edge_index : Tensor, shape (2, E), or Pattern
+    num_targets : int
+        L, the number of queries.
+    num_sources : int, optional
+        S, the number of keys (default L).
+    device : torch.device, optional
+        Where a pattern's edges are built (default CPU).
+
+    Returns
+    -------
+    graph
+        An opaque structure; ``graph.E`` edges, ``graph.edge_set()`` in
+        {"full", "causal", None}.
+    """
+    L = num_targets
+    S = L if num_sources is None else num_sources
+    if isinstance(edge_index, Tensor):
+        key = (L, S, edge_index.device, tuple(edge_index.shape), edge_index.data_ptr(), edge_index._version)
+
+        def build():
+            check_edge_index(edge_index, S, L)
+            return _Graph(edge_index, L, S)
+
+        return _cached_graph(edge_index, key, build)
+    if not _is_pattern(edge_index):
+        raise TypeError(
+            f"Expected 'edge_index' to be a LongTensor (2, E) or a graphattn.patterns.Pattern "
+            f"(got {type(edge_index).__name__})"
+        )
+    pattern = edge_index
+    return _cached_graph(pattern, (L, S, str(device)),
+                         lambda: _Graph(pattern.edge_index(L, S).to(device), L, S))
 
 
 def _csr(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
@@ -352,118 +428,118 @@ class _CSRAttention(torch.autograd.Function):
 # the block kernel: dense tiles (GEMM) masked to the edges, one fused softmax per block row
 
 
-def _block_rows(x: Tensor, tiles: _Tiles, b0: int, b1: int) -> Tensor:
-    """Query blocks ``[b0, b1)`` of a padded ``(nqb * B, H, d)`` tensor as ``(c, H, B, d)``."""
+def _pad_heads_first(x: Tensor, rows: int, scale: float = 1.0) -> Tensor:
+    """(n, H, d) -> contiguous (H, rows, d), zero rows after n, optionally scaled (one pass)."""
+    out = x.new_empty(x.size(1), rows, x.size(2))  # (H, rows, d)
+    torch.mul(x.transpose(0, 1), scale, out=out[:, :x.size(0)]) if scale != 1.0 else \
+        out[:, :x.size(0)].copy_(x.transpose(0, 1))
+    out[:, x.size(0):].zero_()
+    return out
+
+
+def _chunk(x: Tensor, tiles: _Tiles, b0: int, b1: int) -> Tensor:
+    """Query blocks ``[b0, b1)`` of ``(H, nqb * B, d)`` as ``(H * c, B, d)`` (a view when contiguous)."""
     B = tiles.B
-    return x[b0 * B:b1 * B].view(b1 - b0, B, x.size(1), x.size(2)).transpose(1, 2)  # (c, H, B, d)
+    return x[:, b0 * B:b1 * B].reshape(-1, B, x.size(2))  # (H*c, B, d)
 
 
-def _block_keys(x: Tensor, tiles: _Tiles, b0: int, b1: int) -> Tensor:
-    """The key tiles of query blocks ``[b0, b1)``, gathered from padded ``(S', H, d)``: ``(c, H, nt*B, d)``."""
-    rows = tiles.rows[b0:b1]  # (c, nt*B)
-    return x.index_select(0, rows.reshape(-1)).view(*rows.shape, x.size(1), x.size(2)).transpose(1, 2)
-
-
-def _pad_rows(x: Tensor, n: int) -> Tensor:
-    """Zero rows appended to ``x (m, H, d)`` up to n rows."""
-    return F.pad(x, (0, 0, 0, 0, 0, n - x.size(0)))  # (n, H, d)
+def _gather_keys(x: Tensor, tiles: _Tiles, b0: int, b1: int) -> Tensor:
+    """Key tiles of query blocks ``[b0, b1)`` from ``(H, S' + B, d)``: ``(H * c, nt * B, d)``."""
+    rows = tiles.rows[b0:b1].reshape(-1)  # (c*nt*B,)
+    return x.index_select(1, rows).view(-1, tiles.nt * tiles.B, x.size(2))  # (H*c, nt*B, d)
 
 
 class _BlockAttention(torch.autograd.Function):
     """Attention on the block kernel; same contract as :class:`_CSRAttention`."""
 
     @staticmethod
-    def forward(ctx, query, key, value, bias, graph, tiles, scale, p):
+    def forward(ctx, query, key, value, bias, graph, tiles, scale, p, need_weights):
         ctx.set_materialize_grads(False)
-        B, L = tiles.B, graph.L
-        H, Dv = query.size(1), value.size(2)
-        qp = _pad_rows(query * scale, tiles.nqb * B)  # (nqb*B, H, D)
-        kp = _pad_rows(key, (tiles.nkb + 1) * B)  # (S' + B, H, D), last block = dummy zeros
-        vp = _pad_rows(value, (tiles.nkb + 1) * B)  # (S' + B, H, D_v)
-        out = query.new_empty(tiles.nqb, H, B, Dv)  # (nqb, H, B, D_v)
-        alpha = query.new_empty(H, graph.E)  # (H, E)
+        B, L, H, Dv, ntb = tiles.B, graph.L, query.size(1), value.size(2), tiles.nt * tiles.B
+        qh = _pad_heads_first(query, tiles.nqb * B, scale)  # (H, nqb*B, D), holds q * scale
+        kh = _pad_heads_first(key, (tiles.nkb + 1) * B)  # (H, S'+B, D), the last block = dummy zeros
+        vh = _pad_heads_first(value, (tiles.nkb + 1) * B)  # (H, S'+B, D_v)
+        out = query.new_empty(H, tiles.nqb * B, Dv)  # (H, nqb*B, D_v)
+        alpha = query.new_empty(H, graph.E if need_weights else 0)  # (H, E)
         probs, keeps = [], []
-        for b0, b1 in tiles.chunks:
-            e0, e1 = int(graph.crow[min(b0 * B, L)]), int(graph.crow[min(b1 * B, L)])
-            qb, r, c = tiles.qb[e0:e1] - b0, tiles.r[e0:e1], tiles.c[e0:e1]  # (E_c,) each
-            s = _block_rows(qp, tiles, b0, b1) @ _block_keys(kp, tiles, b0, b1).mT  # (c, H, B, D) @ (c, H, D, nt*B)
+        for b0, b1, e0, e1 in tiles.chunks:
+            c = b1 - b0
+            flat = tiles.flat[e0:e1] - b0 * B * ntb  # (E_c,) into the chunk's (c*B, nt*B) plane
+            s = torch.bmm(_chunk(qh, tiles, b0, b1), _gather_keys(kh, tiles, b0, b1).mT)  # (H*c, B, nt*B)
             if bias is not None:
-                s[qb, :, r, c] += bias[e0:e1]  # (E_c, H) at the edges of the chunk
-            s.masked_fill_(~tiles.mask[b0 * B:b1 * B].view(b1 - b0, 1, B, -1), float("-inf"))
-            prob = torch.softmax(s, dim=-1)  # (c, H, B, nt*B), fused; 0 off the edges
+                s.view(H, -1).index_add_(1, flat, bias[e0:e1].t().expand(H, -1))  # (H, c*B*nt*B)
+            s.view(H, c * B, ntb).masked_fill_(tiles.blocked[b0 * B:b1 * B], float("-inf"))
+            prob = torch.softmax(s, dim=-1)  # (H*c, B, nt*B), fused; 0 off the edges
             if tiles.has_empty:  # a row without edges is all -inf: NaN -> exact 0
-                prob.masked_fill_(tiles.empty_rows[b0 * B:b1 * B].view(b1 - b0, 1, B, 1), 0.0)
+                prob.view(H, c * B, ntb).masked_fill_(tiles.empty_rows[b0 * B:b1 * B].unsqueeze(-1), 0.0)
             prob_d, keep = prob, None
             if p > 0.0:
-                keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p)  # (c, H, B, nt*B)
+                keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p)  # (H*c, B, nt*B)
                 prob_d = prob * keep / (1.0 - p)
-            out[b0:b1] = prob_d @ _block_keys(vp, tiles, b0, b1)  # (c, H, B, nt*B) @ (c, H, nt*B, D_v)
-            alpha[:, e0:e1] = prob_d[qb, :, r, c].t()  # (H, E_c)
+            out[:, b0 * B:b1 * B] = torch.bmm(prob_d, _gather_keys(vh, tiles, b0, b1)).view(H, c * B, Dv)
+            if need_weights:
+                alpha[:, e0:e1] = prob_d.view(H, -1).index_select(1, flat)  # (H, E_c)
             probs.append(prob)
             keeps.append(keep)
-        ctx.save_for_backward(qp, kp, vp, alpha)
+        ctx.save_for_backward(qh, kh, vh)
         ctx.graph, ctx.tiles, ctx.scale, ctx.p, ctx.probs, ctx.keeps = graph, tiles, scale, p, probs, keeps
         ctx.bias_heads = None if bias is None else bias.size(1)
-        out = out.transpose(1, 2).reshape(tiles.nqb * B, H, Dv)[:L]  # (L, H, D_v)
-        return out.contiguous(), alpha
+        return out[:, :L].transpose(0, 1).contiguous(), alpha  # (L, H, D_v), (H, E)
 
     @staticmethod
     def backward(ctx, grad_out, grad_alpha):
-        qp, kp, vp, alpha = ctx.saved_tensors
+        qh, kh, vh = ctx.saved_tensors
         graph, tiles, scale, p = ctx.graph, ctx.tiles, ctx.scale, ctx.p
-        L, S = graph.L, graph.S
+        L, S, H, B, ntb = graph.L, graph.S, qh.size(0), tiles.B, tiles.nt * tiles.B
         if grad_out is None:
-            grad_out = qp.new_zeros(L, qp.size(1), vp.size(2))
+            grad_out = qh.new_zeros(L, H, vh.size(2))
         if not _finite(grad_out):  # 0 * inf off the edges would poison: go exact
             return _BlockAttention._backward_csr(ctx, grad_out, grad_alpha)
-        B, H = tiles.B, qp.size(1)
-        gp = _pad_rows(grad_out, tiles.nqb * B)  # (nqb*B, H, D_v)
-        dq, dk, dv = torch.zeros_like(qp), torch.zeros_like(kp), torch.zeros_like(vp)
-        ds_edges = alpha.new_empty(H, graph.E) if ctx.bias_heads is not None else None  # (H, E)
-        for (b0, b1), prob, keep in zip(tiles.chunks, ctx.probs, ctx.keeps):
-            e0, e1 = int(graph.crow[min(b0 * B, L)]), int(graph.crow[min(b1 * B, L)])
-            qb, r, c = tiles.qb[e0:e1] - b0, tiles.r[e0:e1], tiles.c[e0:e1]  # (E_c,) each
+        gh = _pad_heads_first(grad_out, tiles.nqb * B)  # (H, nqb*B, D_v)
+        dq, dk, dv = torch.empty_like(qh), torch.zeros_like(kh), torch.zeros_like(vh)
+        ds_edges = qh.new_empty(H, graph.E) if ctx.bias_heads is not None else None  # (H, E)
+        for (b0, b1, e0, e1), prob, keep in zip(tiles.chunks, ctx.probs, ctx.keeps):
+            flat = tiles.flat[e0:e1] - b0 * B * ntb  # (E_c,)
             rows = tiles.rows[b0:b1].reshape(-1)  # (c*nt*B,)
-            q_c, g_c = _block_rows(qp, tiles, b0, b1), _block_rows(gp, tiles, b0, b1)  # (c, H, B, d)
-            k_c, v_c = _block_keys(kp, tiles, b0, b1), _block_keys(vp, tiles, b0, b1)  # (c, H, nt*B, d)
-            d_prob = g_c @ v_c.mT  # (c, H, B, D_v) @ (c, H, D_v, nt*B) -> dL/d prob_dropped
+            q_c, g_c = _chunk(qh, tiles, b0, b1), _chunk(gh, tiles, b0, b1)  # (H*c, B, d)
+            k_c, v_c = _gather_keys(kh, tiles, b0, b1), _gather_keys(vh, tiles, b0, b1)  # (H*c, nt*B, d)
+            d_prob = torch.bmm(g_c, v_c.mT)  # (H*c, B, D_v) @ (H*c, D_v, nt*B): dL/d prob_dropped
             if grad_alpha is not None:
-                d_prob[qb, :, r, c] += grad_alpha[:, e0:e1].t()  # (E_c, H)
+                d_prob.view(H, -1).index_add_(1, flat, grad_alpha[:, e0:e1])
             prob_d = prob
             if keep is not None:
                 d_prob = d_prob * keep / (1.0 - p)
                 prob_d = prob * keep / (1.0 - p)
-            ds = torch._softmax_backward_data(d_prob, prob, -1, prob.dtype)  # (c, H, B, nt*B)
-            dq[b0 * B:b1 * B] = (ds @ k_c).transpose(1, 2).reshape(-1, H, qp.size(2))  # (c*B, H, D)
-            dk.index_add_(0, rows, (ds.mT @ q_c).transpose(1, 2).reshape(-1, H, kp.size(2)))  # (c*nt*B, H, D)
-            dv.index_add_(0, rows, (prob_d.mT @ g_c).transpose(1, 2).reshape(-1, H, vp.size(2)))
+            ds = torch._softmax_backward_data(d_prob, prob, -1, prob.dtype)  # (H*c, B, nt*B)
+            dq[:, b0 * B:b1 * B] = torch.bmm(ds, k_c).view(H, -1, qh.size(2))  # (H, c*B, D)
+            dk.index_add_(1, rows, torch.bmm(ds.mT, q_c).view(H, -1, kh.size(2)))  # (H, c*nt*B, D)
+            dv.index_add_(1, rows, torch.bmm(prob_d.mT, g_c).view(H, -1, vh.size(2)))  # (H, c*nt*B, D_v)
             if ds_edges is not None:
-                ds_edges[:, e0:e1] = ds[qb, :, r, c].t()  # (H, E_c)
+                ds_edges[:, e0:e1] = ds.view(H, -1).index_select(1, flat)  # (H, E_c)
         dbias = None
         if ds_edges is not None and ctx.needs_input_grad[3]:
             dbias = ds_edges.t() if ctx.bias_heads > 1 else ds_edges.sum(0).unsqueeze(-1)
-        return dq[:L] * scale, dk[:S], dv[:S], dbias, None, None, None, None
+        dq = dq[:, :L].transpose(0, 1) * scale  # (L, H, D)
+        return dq, dk[:, :S].transpose(0, 1), dv[:, :S].transpose(0, 1), dbias, None, None, None, None, None
 
     @staticmethod
     def _backward_csr(ctx, grad_out, grad_alpha):
         """Exact backward on the CSR kernel (used when ``grad_out`` is not finite)."""
-        qp, kp, vp, alpha_d = ctx.saved_tensors
+        qh, kh, vh = ctx.saved_tensors
         graph, tiles, L, S, p = ctx.graph, ctx.tiles, ctx.graph.L, ctx.graph.S, ctx.p
-        alpha = torch.cat([prob[tiles.qb[e0:e1] - b0, :, tiles.r[e0:e1], tiles.c[e0:e1]]
-                           for (b0, b1), prob, (e0, e1) in zip(tiles.chunks, ctx.probs, _edge_ranges(graph, tiles))]).t()
-        keep = None if p == 0.0 else alpha_d != 0  # same backward: where alpha = 0 the keep bit is moot
-        qh, kh, vh = _heads_first(qp[:L]), _heads_first(kp[:S]), _heads_first(vp[:S])
-        dq, dk, dv, ds = _csr_backward(graph, qh, kh, vh, alpha.contiguous(), keep, p, grad_out, grad_alpha,
-                                       ctx.scale)
+        H, ntb = qh.size(0), tiles.nt * tiles.B
+        alpha = torch.cat([prob.view(H, -1).index_select(1, tiles.flat[e0:e1] - b0 * tiles.B * ntb)
+                           for (b0, b1, e0, e1), prob in zip(tiles.chunks, ctx.probs)], dim=1)  # (H, E)
+        keep = None
+        if p > 0.0:
+            keep = torch.cat([k.view(H, -1).index_select(1, tiles.flat[e0:e1] - b0 * tiles.B * ntb)
+                              for (b0, b1, e0, e1), k in zip(tiles.chunks, ctx.keeps)], dim=1)  # (H, E)
+        dq, dk, dv, ds = _csr_backward(graph, qh[:, :L].contiguous(), kh[:, :S].contiguous(),
+                                       vh[:, :S].contiguous(), alpha, keep, p, grad_out, grad_alpha, ctx.scale)
         dbias = None
         if ctx.bias_heads is not None and ctx.needs_input_grad[3]:
             dbias = ds.t() if ctx.bias_heads > 1 else ds.sum(0).unsqueeze(-1)
-        return dq, dk, dv, dbias, None, None, None, None
-
-
-def _edge_ranges(graph: _Graph, tiles: _Tiles) -> list[tuple[int, int]]:
-    B, L = tiles.B, graph.L
-    return [(int(graph.crow[min(b0 * B, L)]), int(graph.crow[min(b1 * B, L)])) for b0, b1 in tiles.chunks]
+        return dq, dk, dv, dbias, None, None, None, None, None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -656,28 +732,21 @@ def attention(
     S = key.size(0)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     p = dropout if training else 0.0
-    if not isinstance(edge_index, Tensor):
-        if not _is_pattern(edge_index):
-            raise TypeError(
-                f"Expected 'edge_index' to be a LongTensor (2, E) or a graphattn.patterns.Pattern "
-                f"(got {type(edge_index).__name__})"
-            )
+    if not isinstance(edge_index, Tensor) and _is_pattern(edge_index):
         kind = edge_index.kind
         if (edge_bias is None and impl in ("auto", "sdpa") and L > 0 and S > 0
                 and (kind == "full" or (kind == "causal" and _finite(key, value)))):
             return _sdpa(query, key, value, kind, scale, p, need_weights)
-        edge_index = edge_index.edge_index(L, S).to(query.device)  # (2, E)
-    check_edge_index(edge_index, S, L)
-    edge_bias = check_edge_bias(edge_bias, edge_index.size(1), H)
-    graph = _Graph(edge_index, L, S)
+    graph = prepare(edge_index, L, S, device=query.device)
+    edge_bias = check_edge_bias(edge_bias, graph.E, H)
     chosen = choose_impl(graph, query, key, value, edge_bias, impl)
     if chosen == "sdpa":
         out, alpha = _sdpa(query, key, value, graph.edge_set(), scale, p, need_weights)
         return out, None if alpha is None else graph.unsort(alpha)
     bias = None if edge_bias is None else graph.sort(edge_bias)  # (E, H) or (E, 1)
     if chosen == "block":
-        out, alpha = _BlockAttention.apply(query, key, value, bias, graph, graph.tiles(min_fill=0.0)
-                                           if impl == "block" else graph.tiles(), scale, p)
+        tiles = graph.tiles(min_fill=0.0) if impl == "block" else graph.tiles()
+        out, alpha = _BlockAttention.apply(query, key, value, bias, graph, tiles, scale, p, need_weights)
     else:
         out, alpha = _CSRAttention.apply(query, key, value, bias, graph, scale, p)
     return out, graph.unsort(alpha.t()) if need_weights else None  # (L, H, D_v), (E, H)

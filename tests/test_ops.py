@@ -167,6 +167,19 @@ def test_duplicates_refused_by_forced_block_kernel():
         ops.attention(*_qkv(2, 2), edge_index, impl="block")
 
 
+def test_structure_cache_follows_in_place_edits():
+    q, k, v = _qkv(6, 6)
+    edge_index = patterns.window(1, 1).edge_index(6)
+    first, _ = ops.attention(q, k, v, edge_index)
+    assert ops.prepare(edge_index, 6) is ops.prepare(edge_index, 6)
+    edge_index[0, 0] = 5  # in place: the cached structure must not be reused
+    out, alpha = ops.attention(q, k, v, edge_index)
+    ref_out, ref_alpha = _loop_reference(q, k, v, edge_index)
+    assert_close(out, ref_out)
+    assert_close(alpha, ref_alpha)
+    assert not torch.allclose(out, first)
+
+
 def test_no_edges_and_no_nodes():
     q, k, v = _qkv(4, 3)
     out, alpha = ops.attention(q, k, v, torch.empty(2, 0, dtype=torch.long))
