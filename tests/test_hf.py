@@ -58,7 +58,7 @@ def test_minilm_outputs_and_embeddings_equal_eager(minilm_pair):
         out_g = graph(**batch).last_hidden_state  # (B, T, F)
         out_e = eager(**batch).last_hidden_state
     valid = _valid(batch)
-    assert_close(out_g[valid], out_e[valid])  # float32 measured 1.7e-6 max abs (sdpa vs eager: 2.1e-6)
+    assert_close(out_g[valid], out_e[valid])  # float32: measured <= 3.5e-6 max abs, as sdpa vs eager
     emb_g = hf.sentence_embeddings(graph, tokenizer, SENTENCES, batch_size=4)
     emb_e = hf.sentence_embeddings(eager, tokenizer, SENTENCES, batch_size=4)
     assert emb_g.shape == (len(SENTENCES), 384)
