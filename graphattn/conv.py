@@ -178,7 +178,8 @@ class AttentionConv(MessagePassing):
             out, alpha = self._message_passing(query, key, value, edge_index, edge_bias)
         else:
             out, alpha = ops.attention(query, key, value, edge_index, edge_bias=edge_bias,
-                                       dropout=self.dropout, training=self.training)  # (L, H, D), (E, H)
+                                       dropout=self.dropout, training=self.training,
+                                       need_weights=return_attention_weights)  # (L, H, D), (E, H) or None
         out = out.reshape(query.size(0), self.out_channels)  # (L, H*D)
         if self.lin_out is not None:
             out = self.lin_out(out)  # (L, F_out)
