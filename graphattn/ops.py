@@ -584,6 +584,19 @@ def _sdpa(query, key, value, kind: str, scale: float, p: float, need_weights: bo
     return out.transpose(0, 1).contiguous(), alpha
 
 
+def _run_sdpa(query, key, value, kind, scale, p, need_weights, guards):
+    """:func:`_sdpa` with alpha as (H, E) (or None), guarded against non-finite features for "causal"."""
+    def kernel(q, k, v, bias):
+        out, alpha = _sdpa(q, k, v, kind, scale, p, need_weights)
+        return out, (q.new_empty(q.size(1), 0) if alpha is None else alpha.t())  # (L, H, D_v), (H, E)
+
+    if guards is None:  # the complete graph: every query reads every node, nothing can leak
+        out, alpha = kernel(query, key, value, None)
+    else:
+        out, alpha = _guarded(kernel, query, key, value, *guards, None, scale, p)
+    return out, alpha if need_weights else None
+
+
 # ------------------------------------------------------------------------------------------------
 # dispatch
 
@@ -599,21 +612,19 @@ def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_b
     Rules, in order (``impl="auto"``):
 
     1. ``"sdpa"`` when there is no ``edge_bias`` and the edges are exactly the
-       complete graph, or exactly the causal DAG with finite keys and values
-       (SDPA multiplies masked weights, which are 0, by every value: a NaN or
-       inf in a value no query may read would still poison the output).
+       complete graph or exactly the causal DAG (top-left aligned).
     2. ``"block"`` when the edges have no duplicates, fill at least
-       ``MIN_FILL`` of the padded ``BLOCK x BLOCK`` tiles, the features are
-       finite (same reason) and ``edge_bias`` has no ``-inf``.
+       ``MIN_FILL`` of the padded ``BLOCK x BLOCK`` tiles, and ``edge_bias``
+       has no ``-inf`` (a query whose edges are all removed would be 0 / 0).
     3. ``"csr"`` otherwise (exact for every input).
 
-    A forced ``impl`` skips the cost rules but not the exactness ones: forced
-    ``"block"`` still runs ``"csr"`` for non-finite inputs.
+    A forced ``impl`` skips the cost rule of "block" but not its exactness rules.
+    Non-finite features do not change the choice: "sdpa" and "block" then run
+    on finite copies and the queries that read a non-finite node are redone
+    exactly on "csr" (see :func:`attention`, Notes).
     """
-    if impl in ("auto", "sdpa") and edge_bias is None:
-        kind = graph.edge_set()
-        if kind == "full" or (kind == "causal" and _finite(key, value)):
-            return "sdpa"
+    if impl in ("auto", "sdpa") and edge_bias is None and graph.edge_set() is not None:
+        return "sdpa"
     if impl == "sdpa":
         raise NotImplementedError(
             "Expected the complete graph or the causal DAG without 'edge_bias' for impl='sdpa' "
@@ -629,8 +640,71 @@ def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_b
                 "for impl='block'; use impl='csr'"
             )
         return "csr"
-    exact = _finite(query, key, value) and (edge_bias is None or not bool(torch.isneginf(edge_bias).any()))
-    return "block" if exact else "csr"
+    return "csr" if edge_bias is not None and bool(torch.isneginf(edge_bias).any()) else "block"
+
+
+def _bad_rows(x: Tensor) -> Tensor:
+    """(n, H, d) -> (n,) True where a row holds NaN or inf."""
+    return ~torch.isfinite(x).flatten(1).all(1)
+
+
+def _guarded(kernel, query, key, value, readers, sub_edges, bias, scale, p):
+    """``kernel(q, k, v, bias) -> (out (L, H, D_v), alpha (H, E) sorted)``, exact for non-finite features.
+
+    The dense kernels multiply zero weights (non-edges) by every key and value
+    of a tile, so a NaN or inf there would reach queries that never read it.
+    With non-finite features they run on finite copies (NaN/inf -> 0), and the
+    queries that hold or read a non-finite row (``readers(bad_kv (S,)) -> (L,)``)
+    are recomputed from the original features on the CSR kernel, over their
+    own edges (``sub_edges(affected) -> (edge_index (2, E'), positions (E',))``,
+    positions in sorted edge order). Every other query's output is bitwise
+    what it would be with any finite values in place of the bad ones.
+    """
+    if _finite(query, key, value):
+        return kernel(query, key, value, bias)
+    affected = _bad_rows(query) | readers(_bad_rows(key) | _bad_rows(value))  # (L,)
+    finite = [torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0) for t in (query, key, value)]
+    out, alpha = kernel(*finite, bias)  # (L, H, D_v), (H, E)
+    sub_index, positions = sub_edges(affected)  # (2, E'), (E',)
+    sub = _Graph(sub_index, query.size(0), key.size(0))
+    fix_out, fix_alpha = _CSRAttention.apply(query, key, value, None if bias is None else bias[positions],
+                                             sub, scale, p)  # (L, H, D_v), (H, E')
+    out = torch.where(affected[:, None, None], fix_out, out)  # (L, H, D_v)
+    if alpha.size(1):
+        alpha = alpha.index_copy(1, positions, fix_alpha)  # (H, E)
+    return out, alpha
+
+
+def _graph_guards(graph: _Graph):
+    """``readers`` and ``sub_edges`` of :func:`_guarded` for an edge list."""
+    def readers(bad_kv):
+        return torch.zeros(graph.L, dtype=torch.bool, device=bad_kv.device).index_fill_(
+            0, graph.dst[bad_kv[graph.src]], True)  # (L,)
+
+    def sub_edges(affected):
+        positions = affected[graph.dst].nonzero().squeeze(1)  # (E',)
+        return torch.stack([graph.src[positions], graph.dst[positions]]), positions
+
+    return readers, sub_edges
+
+
+def _causal_guards(L: int, S: int, device):
+    """``readers`` and ``sub_edges`` of :func:`_guarded` for the causal DAG (j <= i), edges never built."""
+    counts = (torch.arange(L, device=device) + 1).clamp(max=S)  # (L,) keys of query i
+    starts = counts.cumsum(0) - counts  # (L,) first edge of query i in sorted order
+
+    def readers(bad_kv):
+        first = bad_kv.nonzero()
+        return torch.arange(L, device=device) >= (first[0, 0] if first.numel() else L)  # (L,)
+
+    def sub_edges(affected):
+        rows = affected.nonzero().squeeze(1)  # (R,)
+        dst = torch.repeat_interleave(rows, counts[rows])  # (E',)
+        offset = torch.arange(dst.numel(), device=device) - (counts[rows].cumsum(0) - counts[rows]).repeat_interleave(
+            counts[rows])  # (E',) key j = position within the row
+        return torch.stack([offset, dst]), starts[dst] + offset
+
+    return readers, sub_edges
 
 
 def attention(
@@ -734,19 +808,26 @@ def attention(
     p = dropout if training else 0.0
     if not isinstance(edge_index, Tensor) and _is_pattern(edge_index):
         kind = edge_index.kind
-        if (edge_bias is None and impl in ("auto", "sdpa") and L > 0 and S > 0
-                and (kind == "full" or (kind == "causal" and _finite(key, value)))):
-            return _sdpa(query, key, value, kind, scale, p, need_weights)
+        if edge_bias is None and impl in ("auto", "sdpa") and L > 0 and S > 0 and kind in ("full", "causal"):
+            out, alpha = _run_sdpa(query, key, value, kind, scale, p, need_weights,
+                                   _causal_guards(L, S, query.device) if kind == "causal" else None)
+            return out, None if alpha is None else alpha.t()
     graph = prepare(edge_index, L, S, device=query.device)
     edge_bias = check_edge_bias(edge_bias, graph.E, H)
     chosen = choose_impl(graph, query, key, value, edge_bias, impl)
     if chosen == "sdpa":
-        out, alpha = _sdpa(query, key, value, graph.edge_set(), scale, p, need_weights)
-        return out, None if alpha is None else graph.unsort(alpha)
+        kind = graph.edge_set()
+        out, alpha = _run_sdpa(query, key, value, kind, scale, p, need_weights,
+                               _graph_guards(graph) if kind == "causal" else None)
+        return out, None if alpha is None else graph.unsort(alpha.t())
     bias = None if edge_bias is None else graph.sort(edge_bias)  # (E, H) or (E, 1)
     if chosen == "block":
         tiles = graph.tiles(min_fill=0.0) if impl == "block" else graph.tiles()
-        out, alpha = _BlockAttention.apply(query, key, value, bias, graph, tiles, scale, p, need_weights)
+
+        def kernel(q, k, v, b):
+            return _BlockAttention.apply(q, k, v, b, graph, tiles, scale, p, need_weights)
+
+        out, alpha = _guarded(kernel, query, key, value, *_graph_guards(graph), bias, scale, p)
     else:
         out, alpha = _CSRAttention.apply(query, key, value, bias, graph, scale, p)
     return out, graph.unsort(alpha.t()) if need_weights else None  # (L, H, D_v), (E, H)
