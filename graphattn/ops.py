@@ -46,7 +46,7 @@ __all__ = ["attention", "prepare", "segment_softmax", "check_qkv", "check_edge_b
 IMPLS = ("auto", "sdpa", "block", "csr")
 BLOCK = 64  # tile size of the "block" kernel (queries and keys)
 MIN_FILL = 0.25  # "block" when edges fill at least this fraction of the padded tiles
-CHUNK_ROWS = 1024  # the block kernel gathers about max(S, CHUNK_ROWS) key rows at a time
+TILE_FLOATS = 1 << 18  # scores per head and chunk in the block kernel (1 MiB in float32: stays in cache)
 
 
 def check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -154,6 +154,13 @@ class _Graph:
         self.uniform_degree = k if L and k * L == self.E and bool((self.deg == k).all()) else None
         self._transposed = None
         self._tiles = {}
+        self._zeros = {}
+
+    def zeros(self, dtype) -> Tensor:
+        """(E,) zeros of ``dtype`` (the values of the sampling pattern), kept."""
+        if dtype not in self._zeros:
+            self._zeros[dtype] = torch.zeros(self.E, dtype=dtype, device=self.src.device)
+        return self._zeros[dtype]
 
     def unsort(self, x: Tensor) -> Tensor:
         """Per-edge rows from sorted order back to the caller's order."""
@@ -198,13 +205,15 @@ class _Graph:
 
 
 class _Tiles:
-    """For each block of ``B`` queries, the ``nt`` key blocks its edges touch (padded with a dummy).
+    """For each block of ``B`` queries, ``nt`` key blocks (a "tile row" of ``nt * B`` keys).
 
-    ``rows (nqb, nt * B)``: key row of each column of a query block's tile row
-    (the dummy block ``nkb`` is all zeros); ``blocked (nqb * B, nt * B)``: True
-    off the edges; ``flat (E,)``: where each sorted edge sits in the per-head
-    score plane ``(nqb * B, nt * B)``; ``chunks``: ``(b0, b1, e0, e1)`` ranges of
-    query blocks and of their (contiguous, sorted) edges.
+    Two layouts. *Band*: query block b reads key blocks ``b + lo ... b + lo + nt - 1``
+    (windows, causal), so its keys are one strided view of the padded keys, no
+    copy. *Gather*: the key blocks its edges touch, listed in ``rows (nqb, nt * B)``
+    (padded with a zero dummy block). ``blocked (nqb * B, nt * B)`` is True off
+    the edges; ``flat (E,)`` is each sorted edge's place in the score plane
+    ``(nqb * B, nt * B)`` of one head; ``chunks`` are ``(b0, b1, e0, e1)``: ranges
+    of query blocks whose scores fit in cache, and their (contiguous) edges.
     """
 
     @staticmethod
@@ -214,32 +223,75 @@ class _Tiles:
         if E == 0 or graph.has_duplicates or nqb * nkb > max(4 * E, 1 << 20):
             return None
         src, dst = graph.src, graph.dst
-        tile = (dst // B) * nkb + src // B  # (E,)
-        present = torch.zeros(nqb * nkb, dtype=torch.bool, device=src.device)
-        present[tile] = True
-        present = present.view(nqb, nkb)  # (nqb, nkb)
-        nt = int(present.sum(1).max())
-        fill = E / (nqb * B * nt * B)
-        if fill < min_fill:
-            return None
-        slot = present.cumsum(1) - 1  # (nqb, nkb) position of a present tile in its block row
-        qbs, kbs = present.nonzero(as_tuple=True)  # (T,), (T,)
-        kb_list = torch.full((nqb, nt), nkb, dtype=torch.long, device=src.device)  # (nqb, nt), nkb = dummy
-        kb_list[qbs, slot[qbs, kbs]] = kbs
+        qb, kb = dst // B, src // B  # (E,), (E,)
+        present = torch.zeros(nqb, nkb, dtype=torch.bool, device=src.device)
+        present[qb, kb] = True  # (nqb, nkb) tiles that hold an edge
+        nt_gather = int(present.sum(1).max())
+        lo, hi = int((kb - qb).min()), int((kb - qb).max())
         self = _Tiles()
-        self.B, self.nt, self.nqb, self.nkb, self.fill = B, nt, nqb, nkb, fill
-        self.rows = (kb_list.unsqueeze(-1) * B + torch.arange(B, device=src.device)).view(nqb, nt * B)  # (nqb, nt*B)
-        self.flat = dst * (nt * B) + slot.view(-1)[tile] * B + src % B  # (E,)
-        self.blocked = torch.ones(nqb * B, nt * B, dtype=torch.bool, device=src.device)
+        self.band = hi - lo + 1 <= max(nt_gather + 1, int(1.1 * nt_gather))  # nearly as tight: no gather
+        self.B, self.nqb, self.nkb = B, nqb, nkb
+        self.nt = hi - lo + 1 if self.band else nt_gather
+        self.fill = E / (nqb * B * self.nt * B)
+        if self.fill < min_fill:
+            return None
+        self.pad_front = self.shift = 0
+        if self.band:  # keys padded with -lo blocks in front: query block b starts at key block b + shift
+            self.pad_front = max(0, -lo)
+            self.shift = lo + self.pad_front
+            self.key_blocks = max(self.pad_front + nkb, nqb + self.shift + self.nt - 1)
+            slot = kb - qb - lo  # (E,)
+        else:
+            rank = present.cumsum(1) - 1  # (nqb, nkb) slot of a present tile in its row
+            qbs, kbs = present.nonzero(as_tuple=True)  # (T,), (T,)
+            kb_list = torch.full((nqb, self.nt), nkb, dtype=torch.long, device=src.device)  # nkb = dummy
+            kb_list[qbs, rank[qbs, kbs]] = kbs
+            self.rows = (kb_list.unsqueeze(-1) * B + torch.arange(B, device=src.device)).view(nqb, -1)
+            self.key_blocks = nkb + 1
+            slot = rank[qb, kb]  # (E,)
+        ntb = self.nt * B
+        self.flat = dst * ntb + slot * B + src % B  # (E,)
+        self.blocked = torch.ones(nqb * B, ntb, dtype=torch.bool, device=src.device)
         self.blocked.view(-1)[self.flat] = False  # (nqb*B, nt*B)
         self.empty_rows = F.pad(graph.deg == 0, (0, nqb * B - L), value=True)  # (nqb*B,)
         self.has_empty = bool(self.empty_rows.any())
-        # chunks of query blocks whose gathered key rows stay within a few times S (O(N H D))
-        step = max(1, max(4 * S, CHUNK_ROWS) // (nt * B))
-        bounds = [(b0, min(nqb, b0 + step)) for b0 in range(0, nqb, step)]
+        step = max(1, min(nqb, TILE_FLOATS // (B * ntb)))  # query blocks per chunk: scores stay in cache
         crow = graph.crow.tolist()
-        self.chunks = [(b0, b1, crow[min(b0 * B, L)], crow[min(b1 * B, L)]) for b0, b1 in bounds]
+        self.chunks = [(b0, min(nqb, b0 + step), crow[min(b0 * B, L)], crow[min(b0 * B + step * B, L)])
+                       for b0 in range(0, nqb, step)]
         return self
+
+    def pad_keys(self, x: Tensor) -> Tensor:
+        """(S, H, d) -> (H, key_blocks * B, d), zero padded, in the row order this layout indexes."""
+        out = x.new_empty(x.size(1), self.key_blocks * self.B, x.size(2))  # (H, rows, d)
+        front = self.pad_front * self.B
+        out[:, :front].zero_()
+        out[:, front:front + x.size(0)] = x.transpose(0, 1)
+        out[:, front + x.size(0):].zero_()
+        return out
+
+    def unpad_keys(self, x: Tensor, S: int) -> Tensor:
+        """Inverse of :meth:`pad_keys`: (H, rows, d) -> (S, H, d)."""
+        front = self.pad_front * self.B
+        return x[:, front:front + S].transpose(0, 1)
+
+    def keys(self, xh: Tensor, b0: int, b1: int) -> Tensor:
+        """Key tile rows of query blocks ``[b0, b1)`` from one head's padded ``(rows, d)``: ``(c, nt*B, d)``."""
+        B, ntb, d = self.B, self.nt * self.B, xh.size(1)
+        if self.band:  # overlapping windows, a view
+            return xh[(b0 + self.shift) * B:].as_strided((b1 - b0, ntb, d), (B * d, d, 1))
+        return xh.index_select(0, self.rows[b0:b1].reshape(-1)).view(b1 - b0, ntb, d)
+
+    def add_keys(self, dxh: Tensor, grad: Tensor, b0: int, b1: int) -> None:
+        """Accumulate ``grad (c, nt*B, d)`` of :meth:`keys` into one head's ``dxh (rows, d)``."""
+        B, nt, d = self.B, self.nt, dxh.size(1)
+        if self.band:
+            grad = grad.view(b1 - b0, nt, B, d)  # (c, nt, B, d)
+            blocks = dxh.view(-1, B, d)  # (key_blocks, B, d)
+            for t in range(nt):  # slot t of query block b is key block b + shift + t (padded numbering)
+                blocks[b0 + self.shift + t:b1 + self.shift + t] += grad[:, t]
+        else:
+            dxh.index_add_(0, self.rows[b0:b1].reshape(-1), grad.view(-1, d))
 
 
 _CACHE: dict[int, tuple] = {}  # id(edge_index or pattern) -> (weakref, key, graph)
@@ -317,33 +369,32 @@ def _csr(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Te
         return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
 
 
-def _sddmm(crow, col, a: Tensor, b: Tensor, out: Tensor, alpha: float = 1.0) -> Tensor:
-    """``out[h, e] = alpha * a[h, i_e] · b[h, j_e]`` on the CSR entries; a (H, L, D), b (H, S, D)."""
-    if out.size(1) == 0:
-        return out
-    size = (a.size(1), b.size(1))
-    pattern = _csr(crow, col, out.new_zeros(out.size(1)), size)  # zeros: beta * NaN garbage would be NaN
-    for h in range(a.size(0)):  # one sampled matmul per head, written in place into out[h]
-        torch.sparse.sampled_addmm(pattern, a[h], b[h].mT, beta=0.0, alpha=alpha,
-                                   out=_csr(crow, col, out[h], size))  # (E,) per head
-    return out  # (H, E)
+def _sddmm(graph: _Graph, a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
+    """``out[h, e] = alpha * a[i_e, h] · b[j_e, h]`` on the sorted edges; a (L, H, D), b (S, H, D) -> (H, E).
 
-
-def _spmm(crow, col, values: Tensor, dense: Tensor, num_rows: int) -> Tensor:
-    """``out[h] = A_h @ dense[h]`` with ``A_h`` the CSR (num_rows, n) holding ``values[h]``."""
-    H, n, d = dense.shape
-    out = dense.new_zeros(H, num_rows, d)  # (H, rows, d)
-    if values.size(1) == 0:
+    One sampled dense-dense matmul per head on strided views (no copies).
+    """
+    H, E = a.size(1), graph.E
+    out = a.new_empty(H, E)  # (H, E)
+    if E == 0:
         return out
-    for h in range(H):
-        torch.mm(_csr(crow, col, values[h], (num_rows, n)), dense[h], out=out[h])  # (rows, d)
+    size = (graph.L, graph.S)
+    pattern = _csr(graph.crow, graph.src, graph.zeros(a.dtype), size)  # zeros: beta * garbage could be NaN
+    for h in range(H):  # written in place into out[h]
+        torch.sparse.sampled_addmm(pattern, a[:, h], b[:, h].mT, beta=0.0, alpha=alpha,
+                                   out=_csr(graph.crow, graph.src, out[h], size))  # (E,) per head
     return out
 
 
-def _heads_first(x: Tensor, scale: float = 1.0) -> Tensor:
-    """(n, H, d) -> contiguous (H, n, d), optionally scaled (one copy)."""
-    x = x.permute(1, 0, 2)  # (H, n, d)
-    return (x * scale).contiguous() if scale != 1.0 else x.contiguous()
+def _spmm(crow, col, values: Tensor, dense: Tensor, num_rows: int) -> Tensor:
+    """``out[:, h] = A_h @ dense[:, h]``, ``A_h`` the CSR (num_rows, n) holding ``values[h]``; dense (n, H, d)."""
+    n, H, d = dense.shape
+    out = dense.new_empty(num_rows, H, d)  # (rows, H, d)
+    if values.size(1) == 0:
+        return out.zero_()
+    for h in range(H):  # strided views in and out: no copies
+        torch.mm(_csr(crow, col, values[h], (num_rows, n)), dense[:, h], out=out[:, h])  # (rows, d)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -373,25 +424,30 @@ def _csr_softmax_backward(graph: _Graph, grad: Tensor, alpha: Tensor) -> Tensor:
     return alpha * (grad - dot.index_select(1, graph.dst))  # (H, E)
 
 
-def _csr_backward(graph, qh, kh, vh, alpha, keep, p, grad_out, grad_alpha, scale):
-    """Gradients of the CSR kernel; every tensor heads-first. Returns dq, dk, dv (n, H, d), d score (H, E)."""
-    H, L, S = qh.size(0), graph.L, graph.S
+def _csr_backward(graph, q, k, v, alpha, keep, p, grad_out, grad_alpha, scale, q_scaled=False):
+    """Gradients of the CSR kernel: ``dq, dk, dv`` (n, H, d) and ``d score`` (H, E).
+
+    ``q, k, v`` are (n, H, d) (``q`` already multiplied by ``scale`` if ``q_scaled``);
+    ``alpha`` (H, E) the weights before dropout, ``keep`` (H, E) the dropout mask or None.
+    """
     if grad_out is None:
-        grad_out = vh.new_zeros(L, H, vh.size(2))
-    gh = _heads_first(grad_out)  # (H, L, D_v)
-    g = _sddmm(graph.crow, graph.src, gh, vh, torch.empty_like(alpha))  # (H, E) dL/d alpha_dropped
+        grad_out = v.new_zeros(graph.L, v.size(1), v.size(2))
+    grad_out = grad_out.contiguous()  # (L, H, D_v); sum().backward() hands in a stride-0 expansion
+    g = _sddmm(graph, grad_out, v)  # (H, E) dL/d alpha_dropped
     if grad_alpha is not None:
         g = g + grad_alpha
     a_d = alpha
     if keep is not None:
         g = g * keep / (1.0 - p)  # (H, E) dL/d alpha
         a_d = alpha * keep / (1.0 - p)
-    ds = _csr_softmax_backward(graph, g, alpha)  # (H, E)
-    dq = _spmm(graph.crow, graph.src, ds, kh, L) * scale  # (H, L, D)
+    ds = _csr_softmax_backward(graph, g, alpha)  # (H, E) dL/d score
+    dq = _spmm(graph.crow, graph.src, ds, k, graph.L).mul_(scale)  # (L, H, D)
     perm_t, crow_t, col_t = graph.transposed()
-    dk = _spmm(crow_t, col_t, ds[:, perm_t], qh, S)  # (H, S, D); qh already holds q * scale
-    dv = _spmm(crow_t, col_t, a_d[:, perm_t], gh, S)  # (H, S, D_v)
-    return dq.transpose(0, 1), dk.transpose(0, 1), dv.transpose(0, 1), ds
+    dk = _spmm(crow_t, col_t, ds[:, perm_t], q, graph.S)  # (S, H, D)
+    if not q_scaled:
+        dk.mul_(scale)
+    dv = _spmm(crow_t, col_t, a_d[:, perm_t], grad_out, graph.S)  # (S, H, D_v)
+    return dq, dk, dv, ds
 
 
 class _CSRAttention(torch.autograd.Function):
@@ -400,8 +456,7 @@ class _CSRAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, bias, graph, scale, p):
         ctx.set_materialize_grads(False)
-        qh, kh, vh = _heads_first(query, scale), _heads_first(key), _heads_first(value)  # (H, n, d)
-        score = _sddmm(graph.crow, graph.src, qh, kh, qh.new_empty(qh.size(0), graph.E))  # (H, E)
+        score = _sddmm(graph, query, key, alpha=scale)  # (H, E)
         if bias is not None:
             score += bias.t()  # (H, E) + (H or 1, E)
         alpha = _csr_softmax(graph, score)  # (H, E)
@@ -409,15 +464,15 @@ class _CSRAttention(torch.autograd.Function):
         if p > 0.0:
             keep = torch.empty_like(alpha, dtype=torch.bool).bernoulli_(1.0 - p)  # (H, E)
             alpha_d = alpha * keep / (1.0 - p)
-        out = _spmm(graph.crow, graph.src, alpha_d, vh, graph.L)  # (H, L, D_v)
-        ctx.save_for_backward(qh, kh, vh, alpha, keep)
+        out = _spmm(graph.crow, graph.src, alpha_d, value, graph.L)  # (L, H, D_v)
+        ctx.save_for_backward(query, key, value, alpha, keep)
         ctx.graph, ctx.scale, ctx.p, ctx.bias_heads = graph, scale, p, None if bias is None else bias.size(1)
-        return out.transpose(0, 1).contiguous(), alpha_d  # (L, H, D_v), (H, E)
+        return out, alpha_d  # (L, H, D_v), (H, E)
 
     @staticmethod
     def backward(ctx, grad_out, grad_alpha):
-        qh, kh, vh, alpha, keep = ctx.saved_tensors
-        dq, dk, dv, ds = _csr_backward(ctx.graph, qh, kh, vh, alpha, keep, ctx.p, grad_out, grad_alpha, ctx.scale)
+        q, k, v, alpha, keep = ctx.saved_tensors
+        dq, dk, dv, ds = _csr_backward(ctx.graph, q, k, v, alpha, keep, ctx.p, grad_out, grad_alpha, ctx.scale)
         dbias = None
         if ctx.bias_heads is not None and ctx.needs_input_grad[3]:
             dbias = ds.t() if ctx.bias_heads > 1 else ds.sum(0).unsqueeze(-1)  # (E, H) or (E, 1)
@@ -431,66 +486,64 @@ class _CSRAttention(torch.autograd.Function):
 def _pad_heads_first(x: Tensor, rows: int, scale: float = 1.0) -> Tensor:
     """(n, H, d) -> contiguous (H, rows, d), zero rows after n, optionally scaled (one pass)."""
     out = x.new_empty(x.size(1), rows, x.size(2))  # (H, rows, d)
-    torch.mul(x.transpose(0, 1), scale, out=out[:, :x.size(0)]) if scale != 1.0 else \
+    if scale != 1.0:
+        torch.mul(x.transpose(0, 1), scale, out=out[:, :x.size(0)])
+    else:
         out[:, :x.size(0)].copy_(x.transpose(0, 1))
     out[:, x.size(0):].zero_()
     return out
 
 
-def _chunk(x: Tensor, tiles: _Tiles, b0: int, b1: int) -> Tensor:
-    """Query blocks ``[b0, b1)`` of ``(H, nqb * B, d)`` as ``(H * c, B, d)`` (a view when contiguous)."""
-    B = tiles.B
-    return x[:, b0 * B:b1 * B].reshape(-1, B, x.size(2))  # (H*c, B, d)
-
-
-def _gather_keys(x: Tensor, tiles: _Tiles, b0: int, b1: int) -> Tensor:
-    """Key tiles of query blocks ``[b0, b1)`` from ``(H, S' + B, d)``: ``(H * c, nt * B, d)``."""
-    rows = tiles.rows[b0:b1].reshape(-1)  # (c*nt*B,)
-    return x.index_select(1, rows).view(-1, tiles.nt * tiles.B, x.size(2))  # (H*c, nt*B, d)
-
-
 class _BlockAttention(torch.autograd.Function):
-    """Attention on the block kernel; same contract as :class:`_CSRAttention`."""
+    """Attention on the block kernel; same contract as :class:`_CSRAttention`.
+
+    One head and one chunk of query blocks at a time, so that scores,
+    probabilities and their gradients stay in cache: ``(c, B, nt*B)`` tiles.
+    The probabilities are kept for backward only when an input needs a gradient.
+    """
 
     @staticmethod
     def forward(ctx, query, key, value, bias, graph, tiles, scale, p, need_weights):
         ctx.set_materialize_grads(False)
         B, L, H, Dv, ntb = tiles.B, graph.L, query.size(1), value.size(2), tiles.nt * tiles.B
+        keep_probs = any(ctx.needs_input_grad[:4])
         qh = _pad_heads_first(query, tiles.nqb * B, scale)  # (H, nqb*B, D), holds q * scale
-        kh = _pad_heads_first(key, (tiles.nkb + 1) * B)  # (H, S'+B, D), the last block = dummy zeros
-        vh = _pad_heads_first(value, (tiles.nkb + 1) * B)  # (H, S'+B, D_v)
+        kh, vh = tiles.pad_keys(key), tiles.pad_keys(value)  # (H, rows, D), (H, rows, D_v)
         out = query.new_empty(H, tiles.nqb * B, Dv)  # (H, nqb*B, D_v)
         alpha = query.new_empty(H, graph.E if need_weights else 0)  # (H, E)
-        probs, keeps = [], []
-        for b0, b1, e0, e1 in tiles.chunks:
-            c = b1 - b0
-            flat = tiles.flat[e0:e1] - b0 * B * ntb  # (E_c,) into the chunk's (c*B, nt*B) plane
-            s = torch.bmm(_chunk(qh, tiles, b0, b1), _gather_keys(kh, tiles, b0, b1).mT)  # (H*c, B, nt*B)
-            if bias is not None:
-                s.view(H, -1).index_add_(1, flat, bias[e0:e1].t().expand(H, -1))  # (H, c*B*nt*B)
-            s.view(H, c * B, ntb).masked_fill_(tiles.blocked[b0 * B:b1 * B], float("-inf"))
-            prob = torch.softmax(s, dim=-1)  # (H*c, B, nt*B), fused; 0 off the edges
-            if tiles.has_empty:  # a row without edges is all -inf: NaN -> exact 0
-                prob.view(H, c * B, ntb).masked_fill_(tiles.empty_rows[b0 * B:b1 * B].unsqueeze(-1), 0.0)
-            prob_d, keep = prob, None
-            if p > 0.0:
-                keep = torch.empty_like(prob, dtype=torch.bool).bernoulli_(1.0 - p)  # (H*c, B, nt*B)
-                prob_d = prob * keep / (1.0 - p)
-            out[:, b0 * B:b1 * B] = torch.bmm(prob_d, _gather_keys(vh, tiles, b0, b1)).view(H, c * B, Dv)
-            if need_weights:
-                alpha[:, e0:e1] = prob_d.view(H, -1).index_select(1, flat)  # (H, E_c)
-            probs.append(prob)
-            keeps.append(keep)
-        ctx.save_for_backward(qh, kh, vh)
-        ctx.graph, ctx.tiles, ctx.scale, ctx.p, ctx.probs, ctx.keeps = graph, tiles, scale, p, probs, keeps
+        probs = query.new_empty(H, tiles.nqb * B, ntb) if keep_probs else None  # (H, nqb*B, nt*B)
+        keeps = torch.empty(H, tiles.nqb * B, ntb, dtype=torch.bool, device=query.device) if p > 0.0 else None
+        flats = [tiles.flat[e0:e1] - b0 * B * ntb if need_weights or bias is not None else None
+                 for b0, b1, e0, e1 in tiles.chunks]  # (E_c,) each, in a chunk's (c*B, nt*B) plane
+        for h in range(H):
+            for (b0, b1, e0, e1), flat in zip(tiles.chunks, flats):
+                r0, r1 = b0 * B, b1 * B
+                s = torch.bmm(qh[h, r0:r1].view(-1, B, qh.size(2)), tiles.keys(kh[h], b0, b1).mT)  # (c, B, nt*B)
+                if bias is not None:
+                    s.view(-1).index_add_(0, flat, bias[e0:e1, h if bias.size(1) > 1 else 0])
+                s.view(r1 - r0, ntb).masked_fill_(tiles.blocked[r0:r1], float("-inf"))
+                if probs is None:
+                    prob = torch.softmax(s.view(r1 - r0, ntb), -1)  # (c*B, nt*B), fused; 0 off the edges
+                else:
+                    prob = torch._softmax(s.view(r1 - r0, ntb), -1, False, out=probs[h, r0:r1])
+                if tiles.has_empty:  # a row without edges is all -inf: NaN -> exact 0
+                    prob.masked_fill_(tiles.empty_rows[r0:r1].unsqueeze(-1), 0.0)
+                if keeps is not None:
+                    keep = keeps[h, r0:r1].bernoulli_(1.0 - p)  # (c*B, nt*B)
+                    prob = prob * keep / (1.0 - p)
+                torch.bmm(prob.view(-1, B, ntb), tiles.keys(vh[h], b0, b1), out=out[h, r0:r1].view(-1, B, Dv))
+                if need_weights:
+                    alpha[h, e0:e1] = prob.view(-1).index_select(0, flat)  # (E_c,)
+        ctx.save_for_backward(qh, kh, vh, probs, keeps)
+        ctx.graph, ctx.tiles, ctx.scale, ctx.p = graph, tiles, scale, p
         ctx.bias_heads = None if bias is None else bias.size(1)
         return out[:, :L].transpose(0, 1).contiguous(), alpha  # (L, H, D_v), (H, E)
 
     @staticmethod
     def backward(ctx, grad_out, grad_alpha):
-        qh, kh, vh = ctx.saved_tensors
+        qh, kh, vh, probs, keeps = ctx.saved_tensors
         graph, tiles, scale, p = ctx.graph, ctx.tiles, ctx.scale, ctx.p
-        L, S, H, B, ntb = graph.L, graph.S, qh.size(0), tiles.B, tiles.nt * tiles.B
+        L, S, H, B, ntb, D = graph.L, graph.S, qh.size(0), tiles.B, tiles.nt * tiles.B, qh.size(2)
         if grad_out is None:
             grad_out = qh.new_zeros(L, H, vh.size(2))
         if not _finite(grad_out):  # 0 * inf off the edges would poison: go exact
@@ -498,44 +551,45 @@ class _BlockAttention(torch.autograd.Function):
         gh = _pad_heads_first(grad_out, tiles.nqb * B)  # (H, nqb*B, D_v)
         dq, dk, dv = torch.empty_like(qh), torch.zeros_like(kh), torch.zeros_like(vh)
         ds_edges = qh.new_empty(H, graph.E) if ctx.bias_heads is not None else None  # (H, E)
-        for (b0, b1, e0, e1), prob, keep in zip(tiles.chunks, ctx.probs, ctx.keeps):
-            flat = tiles.flat[e0:e1] - b0 * B * ntb  # (E_c,)
-            rows = tiles.rows[b0:b1].reshape(-1)  # (c*nt*B,)
-            q_c, g_c = _chunk(qh, tiles, b0, b1), _chunk(gh, tiles, b0, b1)  # (H*c, B, d)
-            k_c, v_c = _gather_keys(kh, tiles, b0, b1), _gather_keys(vh, tiles, b0, b1)  # (H*c, nt*B, d)
-            d_prob = torch.bmm(g_c, v_c.mT)  # (H*c, B, D_v) @ (H*c, D_v, nt*B): dL/d prob_dropped
-            if grad_alpha is not None:
-                d_prob.view(H, -1).index_add_(1, flat, grad_alpha[:, e0:e1])
-            prob_d = prob
-            if keep is not None:
-                d_prob = d_prob * keep / (1.0 - p)
-                prob_d = prob * keep / (1.0 - p)
-            ds = torch._softmax_backward_data(d_prob, prob, -1, prob.dtype)  # (H*c, B, nt*B)
-            dq[:, b0 * B:b1 * B] = torch.bmm(ds, k_c).view(H, -1, qh.size(2))  # (H, c*B, D)
-            dk.index_add_(1, rows, torch.bmm(ds.mT, q_c).view(H, -1, kh.size(2)))  # (H, c*nt*B, D)
-            dv.index_add_(1, rows, torch.bmm(prob_d.mT, g_c).view(H, -1, vh.size(2)))  # (H, c*nt*B, D_v)
-            if ds_edges is not None:
-                ds_edges[:, e0:e1] = ds.view(H, -1).index_select(1, flat)  # (H, E_c)
+        flats = [tiles.flat[e0:e1] - b0 * B * ntb if grad_alpha is not None or ds_edges is not None else None
+                 for b0, b1, e0, e1 in tiles.chunks]  # (E_c,) each
+        for h in range(H):
+            for (b0, b1, e0, e1), flat in zip(tiles.chunks, flats):
+                r0, r1 = b0 * B, b1 * B
+                q_c, g_c = qh[h, r0:r1].view(-1, B, D), gh[h, r0:r1].view(-1, B, gh.size(2))  # (c, B, d)
+                k_c, v_c = tiles.keys(kh[h], b0, b1), tiles.keys(vh[h], b0, b1)  # (c, nt*B, d)
+                prob = probs[h, r0:r1].view(-1, B, ntb)  # (c, B, nt*B)
+                d_prob = torch.bmm(g_c, v_c.mT)  # (c, B, D_v) @ (c, D_v, nt*B): dL/d prob_dropped
+                if grad_alpha is not None:
+                    d_prob.view(-1).index_add_(0, flat, grad_alpha[h, e0:e1])
+                prob_d = prob
+                if keeps is not None:
+                    keep = keeps[h, r0:r1].view(-1, B, ntb)
+                    d_prob = d_prob * keep / (1.0 - p)
+                    prob_d = prob * keep / (1.0 - p)
+                ds = torch._softmax_backward_data(d_prob, prob, -1, prob.dtype)  # (c, B, nt*B)
+                torch.bmm(ds, k_c, out=dq[h, r0:r1].view(-1, B, D))  # (c, B, D)
+                tiles.add_keys(dk[h], torch.bmm(ds.mT, q_c), b0, b1)  # (c, nt*B, D)
+                tiles.add_keys(dv[h], torch.bmm(prob_d.mT, g_c), b0, b1)  # (c, nt*B, D_v)
+                if ds_edges is not None:
+                    ds_edges[h, e0:e1] = ds.view(-1).index_select(0, flat)  # (E_c,)
         dbias = None
         if ds_edges is not None and ctx.needs_input_grad[3]:
             dbias = ds_edges.t() if ctx.bias_heads > 1 else ds_edges.sum(0).unsqueeze(-1)
         dq = dq[:, :L].transpose(0, 1) * scale  # (L, H, D)
-        return dq, dk[:, :S].transpose(0, 1), dv[:, :S].transpose(0, 1), dbias, None, None, None, None, None
+        return dq, tiles.unpad_keys(dk, S), tiles.unpad_keys(dv, S), dbias, None, None, None, None, None
 
     @staticmethod
     def _backward_csr(ctx, grad_out, grad_alpha):
         """Exact backward on the CSR kernel (used when ``grad_out`` is not finite)."""
-        qh, kh, vh = ctx.saved_tensors
+        qh, kh, vh, probs, keeps = ctx.saved_tensors
         graph, tiles, L, S, p = ctx.graph, ctx.tiles, ctx.graph.L, ctx.graph.S, ctx.p
-        H, ntb = qh.size(0), tiles.nt * tiles.B
-        alpha = torch.cat([prob.view(H, -1).index_select(1, tiles.flat[e0:e1] - b0 * tiles.B * ntb)
-                           for (b0, b1, e0, e1), prob in zip(tiles.chunks, ctx.probs)], dim=1)  # (H, E)
-        keep = None
-        if p > 0.0:
-            keep = torch.cat([k.view(H, -1).index_select(1, tiles.flat[e0:e1] - b0 * tiles.B * ntb)
-                              for (b0, b1, e0, e1), k in zip(tiles.chunks, ctx.keeps)], dim=1)  # (H, E)
-        dq, dk, dv, ds = _csr_backward(graph, qh[:, :L].contiguous(), kh[:, :S].contiguous(),
-                                       vh[:, :S].contiguous(), alpha, keep, p, grad_out, grad_alpha, ctx.scale)
+        H = qh.size(0)
+        alpha = probs.view(H, -1).index_select(1, tiles.flat)  # (H, E)
+        keep = None if keeps is None else keeps.view(H, -1).index_select(1, tiles.flat)  # (H, E)
+        dq, dk, dv, ds = _csr_backward(graph, qh[:, :L].transpose(0, 1), tiles.unpad_keys(kh, S),
+                                       tiles.unpad_keys(vh, S), alpha, keep, p, grad_out, grad_alpha, ctx.scale,
+                                       q_scaled=True)
         dbias = None
         if ctx.bias_heads is not None and ctx.needs_input_grad[3]:
             dbias = ds.t() if ctx.bias_heads > 1 else ds.sum(0).unsqueeze(-1)

@@ -85,7 +85,22 @@ GRAPHS = {  # name -> (L, S, edge_index builder); all duplicate-free
     "random_empty_rows_L7_S11": (7, 11, lambda: torch.unique(_random_edges(7, 11, 20), dim=1)),
     "bigbird_L97_S70": (97, 70, lambda: patterns.bigbird(8, random_blocks=1).edge_index(97, 70)),
     "single_node": (1, 1, lambda: torch.tensor([[0], [0]])),
+    "window_and_key_0_L300": (300, 300, lambda: _window_and_key_0(300)),  # block kernel: gathered tiles
+    "shifted_band_L100_S300": (100, 300, lambda: _shifted_band(100, 300, 150)),  # band starts right of i
 }
+
+
+def _window_and_key_0(L):
+    """window(3, 3) plus every query reading key 0: tiles far from the diagonal."""
+    extra = torch.stack([torch.zeros(L, dtype=torch.long), torch.arange(L)])
+    edges = torch.cat([patterns.window(3, 3).edge_index(L), extra], dim=1)
+    return torch.unique(edges, dim=1)  # duplicates dropped; unsorted (by source)
+
+
+def _shifted_band(L, S, shift):
+    """Query i reads keys shift + i - 3 ... shift + i + 3 (cross-attention, band right of the diagonal)."""
+    i = torch.arange(L).repeat_interleave(7)
+    return torch.stack([i + shift + torch.arange(-3, 4).repeat(L), i])
 
 
 # ----------------------------------------------------------------------------------- equivalence
@@ -104,10 +119,19 @@ def test_every_kernel_equals_oracle(name, dtype, kernel):
         assert_close(got, want)
 
 
+@pytest.mark.parametrize("name,band", [("window_5_5_L150", True), ("window_and_key_0_L300", False),
+                                       ("shifted_band_L100_S300", True)])
+def test_block_layouts(name, band):
+    """The band layout (strided key views) and the gathered layout are both exercised above."""
+    L, S, build = GRAPHS[name]
+    tiles = ops._Graph(build(), L, S).tiles(min_fill=0.0)
+    assert tiles.band == band
+
+
 @pytest.mark.parametrize("kernel", ["csr", "block"])
 def test_block_chunks_and_padding(kernel, monkeypatch):
     """Several chunks of query blocks, padded rows and a dummy key block (L, S not multiples of 64)."""
-    monkeypatch.setattr(ops, "CHUNK_ROWS", 1)
+    monkeypatch.setattr(ops, "TILE_FLOATS", 1)
     L, S = 200, 190
     edge_index = patterns.window(40, 3).edge_index(L, S)
     inputs = _qkv(L, S)
