@@ -13,10 +13,10 @@ Methods (H heads of D channels, float32 by default):
 - ``flex``: ``torch.compile(flex_attention)`` with an equivalent ``BlockMask``;
   ``prep_s`` is ``create_block_mask``, ``compile_s`` the first call minus a
   steady call. FlexAttention has no CPU backward: fwd+bwd is "n/a" on CPU.
-- ``graphattn_layer`` vs ``pyg``: the layer level, because TransformerConv only
-  exists as a layer: ``AttentionConv(HD, HD, heads=H, output_projection=False)``
-  against ``TransformerConv(HD, D, heads=H, root_weight=False)``, same Q/K/V
-  projections, on the same ``edge_index``.
+- ``pyg``: the attention part of ``TransformerConv(HD, D, heads=H,
+  root_weight=False)`` on the same ``edge_index``: its query/key/value
+  projections are replaced by identities, so it computes exactly what
+  ``graphattn`` computes (scores, softmax and aggregation on the edges).
 
 Measurement: each (pattern, L, method, mode) runs in its own subprocess. Time
 is the median wall-clock of ``--repeats`` calls after one warm-up call. Peak
@@ -42,14 +42,12 @@ import time
 from pathlib import Path
 
 PATTERNS = ("complete", "window", "random", "topk")
-METHODS = ("graphattn", "sdpa", "sdpa_mask", "flex", "graphattn_layer", "pyg")
+METHODS = ("graphattn", "sdpa", "sdpa_mask", "flex", "pyg")
 MODES = ("fwd", "fwdbwd")
 DEFAULT_SIZES = (1024, 4096)
 FULL_SIZES = (1024, 2048, 4096, 8192, 16384)
 SCALING_SIZES = (4096, 16384, 65536, 262144)  # random, 32 keys per query: E = 1.3e5 ... 8.4e6
 WINDOW, KEYS = 64, 32  # |i - j| <= 64; 32 keys per query for random and top-k
-REFERENCE = {"graphattn": "graphattn", "sdpa": "graphattn", "sdpa_mask": "graphattn", "flex": "graphattn",
-             "graphattn_layer": "graphattn_layer", "pyg": "graphattn_layer"}
 
 
 def add_arguments(parser) -> None:
@@ -104,7 +102,7 @@ def estimate_bytes(method: str, pattern: str, L: int, mode: str, H: int, D: int,
     """Conservative extra memory of one call (bytes), to skip cases that cannot fit."""
     E, nodes = num_edges(pattern, L), L * H * D * itemsize
     back = 2 if mode == "fwdbwd" else 1
-    if method in ("graphattn", "graphattn_layer"):
+    if method == "graphattn":
         dense = pattern == "complete"
         return 16 * nodes + (0 if dense else 10 * E * H * itemsize * back + 40 * E)
     if method == "sdpa":
@@ -179,7 +177,7 @@ def _setup(case):
     import torch
     import torch.nn.functional as F
 
-    from graphattn import AttentionConv, graphs, ops, patterns
+    from graphattn import graphs, ops, patterns
 
     torch.manual_seed(0)
     device, dtype = torch.device(case["device"]), getattr(torch, case["dtype"])
@@ -198,14 +196,14 @@ def _setup(case):
         pat = None
     flops = 4 * num_edges(pattern, L) * H * D * (3 if grad else 1)
     t0 = time.perf_counter()
-    if method in ("graphattn", "graphattn_layer", "pyg"):
+    if method in ("graphattn", "pyg"):
         if pattern == "complete" and method == "graphattn":
             edges = pat  # the dense path, no edges built
         elif table is not None:
             edges = graphs.mask_to_edge_index(table).to(device)
         else:
             edges = pat.edge_index(L).to(device)
-        if method != "pyg":
+        if method != "pyg" and isinstance(edges, torch.Tensor):
             ops.prepare(edges, L, device=device).tiles()
     elif method == "sdpa_mask":
         mask = table if table is not None else pat.mask(L).to(device)  # (L, S)
@@ -221,16 +219,13 @@ def _setup(case):
         flex = torch.compile(flex_attention, dynamic=False)
     prep_s = time.perf_counter() - t0
 
-    if method in ("graphattn_layer", "pyg"):
-        if method == "pyg":
-            from torch_geometric.nn import TransformerConv
+    if method == "pyg":
+        from torch_geometric.nn import TransformerConv
 
-            layer = TransformerConv(H * D, D, heads=H, root_weight=False)
-        else:
-            layer = AttentionConv(H * D, H * D, heads=H, output_projection=False)
-        layer = layer.to(device=device, dtype=dtype)
-        x = torch.randn(L, H * D, device=device, dtype=dtype, requires_grad=grad)
-        inputs = [x, *layer.parameters()] if grad else []
+        layer = TransformerConv(H * D, D, heads=H, root_weight=False).to(device=device, dtype=dtype)
+        layer.lin_query = layer.lin_key = layer.lin_value = torch.nn.Identity()  # the attention part only
+        x = torch.randn(L, H * D, device=device, dtype=dtype, requires_grad=grad)  # q = k = v = x (L, H*D)
+        inputs = [x]
 
         def call():
             return layer(x, edges)
@@ -401,9 +396,9 @@ def measure(cases: list[dict], args) -> list[dict]:
 
 def add_ratios(rows: list[dict]) -> None:
     """``time_ratio`` and ``memory_ratio``: the method over its graphattn reference on the same case."""
-    ref = {(r["pattern"], r["L"], r["mode"], r["method"]): r for r in rows if r.get("status") == "ok"}
+    ref = {(r["pattern"], r["L"], r["mode"]): r for r in rows if r.get("status") == "ok" and r["method"] == "graphattn"}
     for r in rows:
-        base = ref.get((r["pattern"], r["L"], r["mode"], REFERENCE[r["method"]]))
+        base = ref.get((r["pattern"], r["L"], r["mode"]))
         if r.get("status") == "ok" and base is not None:
             r["time_ratio"] = r["time_s"] / base["time_s"]
             r["memory_ratio"] = r["peak_bytes"] / max(base["peak_bytes"], 1)
@@ -488,6 +483,8 @@ def report(rows: list[dict], matmul: float, args) -> None:
 
 
 def _fmt(x) -> str:
+    if x is None:
+        return ""
     if isinstance(x, float):
         if math.isnan(x):
             return ""
