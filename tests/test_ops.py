@@ -399,3 +399,34 @@ def test_bad_input():
 
 def test_tolerance_table_is_the_shared_one():
     assert TOL[torch.float64]["atol"] == 1e-10
+
+
+# ------------------------------------------------------------------------ benchmark plumbing
+@pytest.mark.parametrize("method", ["graphattn", "sdpa_mask", "pyg"])
+def test_bench_worker_measures_one_case(method):
+    """``graphattn bench`` measures in-process what its subprocesses measure (tiny case, no timing checks)."""
+    from graphattn import bench
+
+    case = dict(pattern="window", L=96, method=method, mode="fwdbwd", heads=2, dim=8, dtype="float64",
+                device="cpu", repeats=1, threads=None)
+    result = bench.worker(case)
+    assert result["time_s"] > 0 and result["runs"] == 1 and result["peak_bytes"] >= 0
+    assert result["gflops"] == pytest.approx(3 * 4 * bench.num_edges("window", 96) * 2 * 8 / result["time_s"] / 1e9)
+
+
+def test_bench_ratios_and_targets():
+    from graphattn import bench
+
+    def row(method, mode, t, m, pattern="random", L=4096):
+        return dict(pattern=pattern, L=L, mode=mode, method=method, status="ok", time_s=t, peak_bytes=m)
+
+    rows = [row("graphattn", "fwd", 1.0, 10), row("flex", "fwd", 12.0, 5), row("sdpa_mask", "fwd", 15.0, 50),
+            row("graphattn", "fwdbwd", 2.0, 10), row("sdpa_mask", "fwdbwd", 16.0, 50)]
+    bench.add_ratios(rows)
+    assert rows[1]["time_ratio"] == 12.0 and rows[2]["memory_ratio"] == 5.0
+    lines = bench.targets(rows)
+    assert "[met] random: >= 10x faster than flex: time flex/graphattn = 12.00 (random L=4096 fwd)" in lines
+    assert any(line.startswith("[MISSED] random: >= 20x faster than SDPA+mask") for line in lines)
+    assert any(line.startswith("[met] fwd+bwd ratio >= fwd ratio / 2: sdpa_mask/graphattn 8.00") for line in lines)
+    assert bench.num_edges("window", 200) == 200 * 129 - 64 * 65
+    assert bench.num_edges("window", 200) == patterns.window(64, 64).edge_index(200).size(1)
