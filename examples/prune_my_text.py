@@ -1,6 +1,6 @@
 """A pruning sweep on your own text: what each sparse pattern keeps of dense attention.
 
-    python examples/prune_my_text.py my_notes.txt --patterns window:8 window:8|global:0 topk:8 --limit 32
+    python examples/prune_my_text.py my_notes.txt --patterns window:8 'window:8|global:0' topk:8 --limit 32
 
 Reads one passage per line of the file, runs all-MiniLM-L6-v2 dense (the
 reference) and once per pattern with graph attention on the kept edges only,

@@ -8,11 +8,10 @@ committed executed (see ``notebooks/README.md``).
 
 from pathlib import Path
 
+import jupytext  # the test extra installs these three: a missing one must fail, not skip
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-jupytext = pytest.importorskip("jupytext")
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 SLOW = {"03_real_model.ipynb", "04_dense_vs_sparse.ipynb"}  # load the pretrained model
