@@ -100,19 +100,18 @@ def num_edges(pattern: str, L: int) -> int:
 
 def estimate_bytes(method: str, pattern: str, L: int, mode: str, H: int, D: int, itemsize: int = 4) -> int:
     """Conservative extra memory of one call (bytes), to skip cases that cannot fit."""
-    E, nodes = num_edges(pattern, L), L * H * D * itemsize
+    E, nodes = num_edges(pattern, L), L * H * D * itemsize  # nodes: one (L, H, D) tensor
     back = 2 if mode == "fwdbwd" else 1
-    if method == "graphattn":
-        dense = pattern == "complete"
-        return 16 * nodes + (0 if dense else 10 * E * H * itemsize * back + 40 * E)
+    if method == "graphattn":  # padded copies of q, k, v, the output; O(E H) scores and weights
+        return 8 * nodes * back + (0 if pattern == "complete" else 6 * E * H * itemsize * back + 40 * E)
     if method == "sdpa":
-        return 16 * nodes
+        return 8 * nodes * back
     if method == "sdpa_mask":  # the bool mask, its float copy; the CPU kernel is blocked (no H L S buffer)
-        return 16 * nodes + (5 + 2 * (back - 1)) * L * L
+        return 8 * nodes * back + (5 + 2 * (back - 1)) * L * L
     if method == "flex":
-        return 16 * nodes + 2 * L * L
+        return 8 * nodes + 2 * L * L
     if method == "pyg":  # query_i, key_j, value_j and products on every edge (measured ~4x / ~6x E H D)
-        return 16 * nodes + (4 if back == 1 else 6) * E * H * D * itemsize + 40 * E
+        return 8 * nodes + (4 if back == 1 else 6) * E * H * D * itemsize + 40 * E
     raise ValueError(f"Expected a method from {METHODS} (got {method!r})")
 
 
@@ -514,6 +513,7 @@ def _machine() -> str:
 
 
 def _plot(frame, path) -> None:
+    """Time against L, one panel per pattern; colour = method, solid = fwd, dashed = fwd+bwd."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -521,14 +521,17 @@ def _plot(frame, path) -> None:
 
     ok = frame[(frame["status"] == "ok") & frame.get("sweep", frame["status"]).ne("scaling")]
     pats = list(dict.fromkeys(ok["pattern"]))
+    colors = dict(zip(METHODS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     fig, axes = plt.subplots(1, max(len(pats), 1), figsize=(4 * max(len(pats), 1), 3.5), squeeze=False)
     for ax, pat in zip(axes[0], pats):
         for (method, mode), g in ok[ok["pattern"] == pat].groupby(["method", "mode"]):
-            ax.loglog(g["L"], g["time_s"], marker="o", label=f"{method} {mode}")
+            g = g.sort_values("L")
+            ax.loglog(g["L"], g["time_s"], marker="o", color=colors[method], ls="-" if mode == "fwd" else "--",
+                      label=f"{method} {mode}")
         ax.set_title(pat)
         ax.set_xlabel("L (nodes)")
         ax.set_ylabel("time (s)")
-    axes[0][0].legend(fontsize=6)
+        ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

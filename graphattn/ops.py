@@ -12,21 +12,27 @@ A query with no incoming edge gets an exact zero row (DESIGN.md).
 Three exact kernels, none of which copies features onto edges (no ``(E, H, D)``
 tensor; extra memory is O(E H) + O(N H D)):
 
-- ``"sdpa"``: :func:`torch.nn.functional.scaled_dot_product_attention` when the
-  edge set is the complete graph or the causal DAG (a ``Pattern`` of kind
-  ``"full"``/``"causal"``, or an edge list that is exactly that set).
-- ``"block"``: graphs whose edges fill at least a quarter of the 64 x 64 tiles
-  they touch (windows, block-sparse, causal given as edges): per block of 64
-  queries, the key tiles it touches are gathered and multiplied densely
-  (GEMM), masked to the edges, and normalised with one fused softmax.
-- ``"csr"``: any graph (random, top-k, duplicates, non-finite features): the
-  edges sorted by target as CSR; scores by sampled dense-dense matmul
-  (:func:`torch.sparse.sampled_addmm`), the softmax over CSR segments, and the
-  aggregation as a sparse-dense matmul; backward with the transposed CSR.
+- ``"sdpa"``: :func:`torch.nn.functional.scaled_dot_product_attention` (its
+  fused flash kernel when the weights are not requested) when the edge set is
+  the complete graph or the causal DAG: a ``Pattern`` of kind
+  ``"full"``/``"causal"`` (no edge is ever built), or an edge list that is
+  exactly that set (detected in O(E) once per graph).
+- ``"block"``: graphs whose edges fill at least ``MIN_FILL`` of the 64 x 64
+  tiles they touch (windows, block-sparse patterns, causal with a bias). Per
+  block of 64 queries, a row of ``nt`` key tiles is multiplied densely (GEMM),
+  masked to the edges and normalised by one fused softmax, one head and one
+  cache-sized chunk of query blocks at a time. Band structures (windows) read
+  their key tiles as a strided view, others gather them.
+- ``"csr"``: any graph (random, top-k, duplicate edges): edges sorted by
+  target; scores by sampled dense-dense matmul (``torch.sparse.sampled_addmm``,
+  one per head on strided views), the softmax over CSR segments, the
+  aggregation as a CSR x dense matmul; backward with the transposed CSR.
 
-``"block"`` and ``"csr"`` are :class:`torch.autograd.Function` objects whose
-backward is written by hand (same kernels, no per-edge features); gradients
-equal the dense oracle's.
+``"block"`` and ``"csr"`` are :class:`torch.autograd.Function` objects with a
+hand-written backward built from the same kernels; gradients equal the dense
+oracle's (float64 gradcheck in ``tests/test_ops.py``). The sorted structure
+(CSR, its transpose, the tile layout) is built once per graph and kept while
+the ``edge_index`` tensor or pattern object lives (:func:`prepare`).
 """
 
 from __future__ import annotations
@@ -837,10 +843,20 @@ def attention(
     Notes
     -----
     No kernel copies features onto edges; extra memory is O(E H) + O(N H D).
+    The kernel is chosen by :func:`choose_impl`; the edges' structure is built
+    once per ``edge_index`` object (:func:`prepare`).
+
     NaN or inf in the features of a node that query i does not read never
-    reaches query i's output (kernels that would multiply it by a zero weight
-    are not chosen for such inputs). Dropout draws its mask differently on
-    each kernel (the same distribution, not the same bits).
+    reaches query i's output: the dense kernels ("sdpa" for the causal DAG,
+    "block") multiply zero weights by every key and value of a tile, so with
+    non-finite features they run on finite copies and the queries that read
+    a non-finite node are recomputed exactly on "csr"; every other output row
+    is bitwise what it is with finite values there. (SDPA's own backward may
+    still spread a NaN in ``dL/d output`` of a causal query to later keys.)
+
+    Dropout draws its mask differently on each kernel (same distribution, not
+    the same bits); with ``need_weights=False`` on "sdpa" the mask is SDPA's.
+    With ``need_weights=False`` the "sdpa" output may be a non-contiguous view.
 
     Examples
     --------
