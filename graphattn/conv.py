@@ -16,15 +16,20 @@ __all__ = ["AttentionConv"]
 
 def _feature_sizes(in_channels) -> tuple[int, int, int]:
     """``in_channels`` as ``(F_k, F_v, F_q)`` from ``F``, ``(F_kv, F_q)`` or ``(F_k, F_v, F_q)``."""
+    sizes = None
     if isinstance(in_channels, int) and not isinstance(in_channels, bool):
-        return in_channels, in_channels, in_channels
-    if isinstance(in_channels, (tuple, list)) and len(in_channels) == 2:
-        return in_channels[0], in_channels[0], in_channels[1]
-    if isinstance(in_channels, (tuple, list)) and len(in_channels) == 3:
-        return tuple(in_channels)
-    raise TypeError(
-        f"Expected 'in_channels' to be an int, a pair (F_kv, F_q) or a triple (F_k, F_v, F_q) (got {in_channels!r})"
-    )
+        sizes = (in_channels,) * 3
+    elif isinstance(in_channels, (tuple, list)) and len(in_channels) == 2:
+        sizes = (in_channels[0], in_channels[0], in_channels[1])
+    elif isinstance(in_channels, (tuple, list)) and len(in_channels) == 3:
+        sizes = tuple(in_channels)
+    if sizes is None or not all(isinstance(f, int) and not isinstance(f, bool) for f in sizes):
+        raise TypeError(
+            f"Expected 'in_channels' to be an int, a pair (F_kv, F_q) or a triple (F_k, F_v, F_q) (got {in_channels!r})"
+        )
+    if min(sizes) < 1:
+        raise ValueError(f"Expected 'in_channels' to be positive (got {in_channels!r}); lazy sizes (-1) are not supported")
+    return sizes
 
 
 class AttentionConv(MessagePassing):
@@ -63,9 +68,12 @@ class AttentionConv(MessagePassing):
     impl : {"auto", "message_passing"}
         ``"auto"`` runs the fast kernels of :func:`graphattn.attention`;
         ``"message_passing"`` the readable per-edge path through
-        :meth:`edge_update` and :meth:`message`. Both give the same result.
+        :meth:`edge_update` and :meth:`message`. Both give the same result;
+        only ``"message_passing"`` goes through ``propagate``, so PyG hooks and
+        explainers (e.g. ``GNNExplainer``'s edge masks) need it.
     **kwargs
-        Passed to :class:`torch_geometric.nn.MessagePassing`.
+        Passed to :class:`torch_geometric.nn.MessagePassing`, except ``aggr``
+        and ``flow``, which are fixed to ``"add"`` and ``"source_to_target"``.
 
     Shapes
     ------
@@ -78,7 +86,10 @@ class AttentionConv(MessagePassing):
     Raises
     ------
     ValueError
-        ``heads`` not dividing ``out_channels``, or features of the wrong size.
+        ``heads`` not dividing ``out_channels``, non-positive sizes, an ``aggr``
+        or ``flow`` other than the defaults, or features of the wrong size.
+    TypeError
+        Features that are not floating point or not of the layer's dtype.
 
     References
     ----------
@@ -97,9 +108,13 @@ class AttentionConv(MessagePassing):
 
     def __init__(self, in_channels, out_channels: int, heads: int = 1, dropout: float = 0.0,
                  bias: bool = True, output_projection: bool = True, impl: str = "auto", **kwargs):
-        kwargs.setdefault("aggr", "add")
+        for name, default in (("aggr", "add"), ("flow", "source_to_target")):
+            if kwargs.setdefault(name, default) != default:  # attention is a softmax-weighted sum along j -> i
+                raise ValueError(f"Expected '{name}' to be {default!r} for attention (got {kwargs[name]!r})")
         super().__init__(node_dim=0, **kwargs)
         f_k, f_v, f_q = _feature_sizes(in_channels)
+        if not isinstance(out_channels, int) or isinstance(out_channels, bool) or out_channels < 1:
+            raise ValueError(f"Expected 'out_channels' to be a positive int (got {out_channels!r})")
         if not isinstance(heads, int) or heads < 1 or out_channels % heads != 0:
             raise ValueError(
                 f"Expected 'heads' to be a positive int dividing out_channels = {out_channels} (got heads={heads})"
@@ -151,6 +166,9 @@ class AttentionConv(MessagePassing):
                 raise ValueError(f"Expected '{name}' to have shape (n, {lin.in_features}) (got {got})")
             if not t.is_floating_point():
                 raise TypeError(f"Expected '{name}' to be floating point (got {t.dtype})")
+            if t.dtype != lin.weight.dtype:
+                raise TypeError(f"Expected '{name}' to have the layer's dtype {lin.weight.dtype} (got {t.dtype}); "
+                                f"convert one of them, e.g. conv.to({t.dtype})")
             parts.append(lin(t).view(t.size(0), self.heads, self.out_channels // self.heads))  # (n, H, D)
         return tuple(parts)
 
@@ -161,12 +179,15 @@ class AttentionConv(MessagePassing):
         Parameters
         ----------
         x : Tensor, shape (N, F_in), or pair ``(x_kv, x_q)``, or triple ``(x_k, x_v, x_q)``
-        edge_index : Tensor, shape (2, E)
-            Row 0 = source j (key/value), row 1 = target i (query).
+        edge_index : Tensor, shape (2, E), or graphattn.patterns.Pattern
+            Row 0 = source j (key/value), row 1 = target i (query). A pattern
+            stands for ``pattern.edge_index(L, S)``; the complete and causal
+            patterns then run dense SDPA without building the L x S edges.
         edge_bias : Tensor, shape (E,) or (E, H), optional
             Added to the scaled scores before the softmax.
         return_attention_weights : bool
-            Also return ``(edge_index, alpha)`` with ``alpha`` of shape (E, H).
+            Also return ``(edge_index, alpha)`` with ``alpha`` of shape (E, H)
+            (a pattern's edges are then built, so that alpha has an order).
 
         Returns
         -------
@@ -174,6 +195,9 @@ class AttentionConv(MessagePassing):
         (edge_index, alpha) : (Tensor (2, E), Tensor (E, H)), only if requested.
         """
         query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
+        if not isinstance(edge_index, Tensor) and hasattr(edge_index, "kind"):  # a Pattern: alpha follows its edges
+            if self.impl == "message_passing" or return_attention_weights:
+                edge_index = edge_index.edge_index(query.size(0), key.size(0))  # (2, E)
         if self.impl == "message_passing":
             out, alpha = self._message_passing(query, key, value, edge_index, edge_bias)
         else:
@@ -236,6 +260,8 @@ class AttentionConv(MessagePassing):
         NotImplementedError
             For ``add_bias_kv=True`` or ``add_zero_attn=True``.
         """
+        if not isinstance(mha, nn.MultiheadAttention):
+            raise TypeError(f"Expected 'mha' to be an nn.MultiheadAttention (got {type(mha).__name__})")
         if mha.bias_k is not None or mha.add_zero_attn:
             raise NotImplementedError(
                 "Expected 'mha' without add_bias_kv or add_zero_attn (they add keys that are not nodes)"
@@ -258,7 +284,7 @@ class AttentionConv(MessagePassing):
             conv.lin_out.weight.copy_(mha.out_proj.weight)
             if bias:
                 conv.lin_out.bias.copy_(mha.out_proj.bias)
-        return conv
+        return conv.train(mha.training)
 
     @classmethod
     def from_hf_attention(cls, module: nn.Module) -> "AttentionConv":
@@ -310,4 +336,4 @@ class AttentionConv(MessagePassing):
                 mha.in_proj_bias.copy_(torch.cat([self.lin_query.bias, self.lin_key.bias, self.lin_value.bias]))
                 mha.out_proj.bias.copy_(self.lin_out.bias)
             mha.out_proj.weight.copy_(self.lin_out.weight)
-        return mha
+        return mha.train(self.training)

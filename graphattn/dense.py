@@ -95,7 +95,10 @@ def six_steps(
     SixSteps
         ``queries, keys, values`` (..., H, n, D); ``scores, scaled, masked,
         weights`` (..., H, L, S); ``output`` (..., L, H * D). ``weights`` rows sum
-        to 1 over the allowed j, or are exactly 0 when no key is allowed.
+        to 1 over the allowed j, or are exactly 0 when no key is allowed (by the
+        mask or a ``-inf`` bias). Step 6 is a plain matrix product, so a NaN or
+        inf in *any* value reaches every output row (0 * NaN = NaN); the fast
+        kernels of :func:`graphattn.attention` never read non-neighbours.
 
     Raises
     ------
@@ -114,17 +117,17 @@ def six_steps(
     >>> torch.allclose(steps.weights.sum(-1), torch.ones(1, 3))  # each row i sums to 1 over j
     True
     """
-    if mask is not None and mask.dtype != torch.bool:
-        raise TypeError(f"Expected 'mask' to be a bool tensor where True means may attend (got {mask.dtype})")
+    if mask is not None and (not isinstance(mask, Tensor) or mask.dtype != torch.bool):
+        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise TypeError(f"Expected 'mask' to be a bool tensor where True means may attend (got {got})")
     width = w_q.shape[-1]
-    if width % heads != 0:
-        raise ValueError(f"Expected 'heads' to divide the projection width {width} (got heads={heads})")
+    if not isinstance(heads, int) or heads < 1 or width % heads != 0:
+        raise ValueError(f"Expected 'heads' to be a positive int dividing the projection width {width} (got heads={heads})")
     x_kv = x if x_kv is None else x_kv
 
     # 1) project: Q = X W_Q, K = X W_K, V = X W_V, split into heads
     q, k, v = x @ w_q, x_kv @ w_k, x_kv @ w_v  # (..., L, H*D), (..., S, H*D), (..., S, H*D)
-    if b_q is not None:
-        q, k, v = q + b_q, k + b_k, v + b_v
+    q, k, v = (t if b is None else t + b for t, b in ((q, b_q), (k, b_k), (v, b_v)))
     queries, keys, values = (_split_heads(t, heads) for t in (q, k, v))  # (..., H, L|S, D)
 
     # 2) score: every query against every key
@@ -137,7 +140,14 @@ def six_steps(
         scaled = scaled + bias
 
     # 4) mask before the softmax: a disallowed key gets -inf, i.e. weight exactly 0
-    allowed = torch.ones_like(scaled, dtype=torch.bool) if mask is None else mask.expand_as(scaled)
+    allowed = torch.ones_like(scaled, dtype=torch.bool)
+    if mask is not None:
+        try:
+            allowed = allowed & mask  # (..., H, L, S)
+        except RuntimeError:
+            raise ValueError(f"Expected 'mask' to broadcast to (..., H, L, S) = {tuple(scaled.shape)} "
+                             f"(got {tuple(mask.shape)})") from None
+    allowed = allowed & ~torch.isneginf(scaled)  # a -inf bias removes the key too
     masked = scaled.masked_fill(~allowed, float("-inf"))  # (..., H, L, S)
 
     # 5) softmax per row; a row with no allowed key would be 0/0, define it as 0

@@ -12,6 +12,7 @@ edge lists. Conventions (DESIGN.md):
 
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 import torch
@@ -28,13 +29,24 @@ __all__ = [
 ]
 
 
+def _as_int(value) -> int | None:
+    """``value`` as a Python int if it is an integer (Python, NumPy or 0-d tensor), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _size_pair(size, name: str = "size") -> tuple[int, int]:
     """Return ``(S, L)`` from an int ``N`` (square) or a pair ``(S, L)``."""
-    if isinstance(size, int) and not isinstance(size, bool):
+    if _as_int(size) is not None:
         size = (size, size)
-    if not (isinstance(size, (tuple, list, torch.Size)) and len(size) == 2):
-        raise TypeError(f"Expected '{name}' to be an int N or a pair (S, L) (got {size!r})")
-    num_src, num_dst = (int(s) for s in size)
+    pair = [_as_int(s) for s in size] if isinstance(size, (tuple, list, torch.Size)) and len(size) == 2 else None
+    if pair is None or None in pair:
+        raise TypeError(f"Expected '{name}' to be an int N or a pair of ints (S, L) (got {size!r})")
+    num_src, num_dst = pair
     if num_src < 0 or num_dst < 0:
         raise ValueError(f"Expected '{name}' to be non-negative (got {tuple(size)})")
     return num_src, num_dst
@@ -186,11 +198,12 @@ def sort_edge_index(edge_index: Tensor, num_sources: int) -> tuple[Tensor, Tenso
 def _check_lengths(lengths) -> list[int]:
     if isinstance(lengths, Tensor):
         lengths = lengths.tolist()
-    lengths = list(lengths)
-    for n in lengths:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"Expected 'lengths' to hold non-negative ints (got {lengths})")
-    return lengths
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise TypeError(f"Expected 'lengths' to be a sequence of ints, one per sequence (got {lengths!r})")
+    ints = [_as_int(n) for n in lengths]
+    if any(n is None or n < 0 for n in ints):
+        raise ValueError(f"Expected 'lengths' to hold non-negative ints (got {list(lengths)})")
+    return ints
 
 
 def batch_sequences(lengths: Sequence[int] | Tensor, pattern=None) -> tuple[Tensor, Tensor]:
@@ -235,6 +248,9 @@ def batch_sequences(lengths: Sequence[int] | Tensor, pattern=None) -> tuple[Tens
         from graphattn.patterns import full
 
         pattern = full()
+    if not callable(getattr(pattern, "edge_index", None)):
+        raise TypeError(f"Expected 'pattern' to be a graphattn.patterns.Pattern, e.g. patterns.causal() "
+                        f"(got {pattern!r})")
     counts = torch.tensor(lengths, dtype=torch.long)  # (B,)
     offsets = torch.cumsum(counts, 0) - counts  # (B,)
     cache: dict[int, Tensor] = {}
@@ -269,6 +285,8 @@ def padded_to_nodes(x: Tensor, lengths: Sequence[int] | Tensor) -> tuple[Tensor,
         If ``len(lengths) != B`` or a length exceeds ``T``.
     """
     lengths = _check_lengths(lengths)
+    if not isinstance(x, Tensor):
+        raise TypeError(f"Expected 'x' to be a Tensor of shape (B, T, ...) (got {type(x).__name__})")
     if x.dim() < 2 or x.size(0) != len(lengths):
         raise ValueError(
             f"Expected 'x' to have shape (B, T, ...) with B = len(lengths) = {len(lengths)} "

@@ -319,3 +319,48 @@ def test_dropout_only_in_training():
     conv.train()
     _, (_, alpha) = conv(x, edge_index, return_attention_weights=True)
     assert (alpha == 0).any()
+
+
+def test_aggr_and_flow_other_than_attention_are_refused():
+    with pytest.raises(ValueError, match=r"'aggr' to be 'add' for attention \(got 'mean'\)"):
+        AttentionConv(4, 4, aggr="mean")
+    with pytest.raises(ValueError, match="'flow' to be 'source_to_target'"):
+        AttentionConv(4, 4, flow="target_to_source")
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5], ids=["zero", "negative", "float"])
+def test_bad_sizes_are_refused(bad):
+    with pytest.raises(ValueError, match="out_channels"):
+        AttentionConv(4, bad)
+    with pytest.raises((TypeError, ValueError), match="in_channels"):
+        AttentionConv(bad if bad != 0 else -1, 4)
+
+
+def test_feature_dtype_must_match_the_layer():
+    with pytest.raises(TypeError, match=r"'x_q' to have the layer's dtype torch.float32 \(got torch.float64\)"):
+        AttentionConv(4, 4)(torch.randn(3, 4, dtype=torch.float64), _complete(3))
+
+
+def test_mode_is_copied_between_conv_and_mha():
+    mha = torch.nn.MultiheadAttention(8, 2, dropout=0.5).eval()
+    conv = AttentionConv.from_multihead_attention(mha)
+    assert not conv.training
+    x = torch.randn(5, 8)
+    assert_close(conv(x, _complete(5)), mha(x[:, None], x[:, None], x[:, None])[0][:, 0], dtype=torch.float32)
+    assert not conv.to_multihead_attention().training
+    with pytest.raises(TypeError, match="nn.MultiheadAttention"):
+        AttentionConv.from_multihead_attention(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_pattern_in_place_of_edge_index(impl):
+    conv = AttentionConv(6, 6, heads=2, impl=impl).double()
+    x = torch.randn(7, 6, dtype=torch.float64)
+    for pattern in (patterns.full(), patterns.causal(), patterns.window(1, 2)):
+        edges = pattern.edge_index(7)
+        out, (got_edges, alpha) = conv(x, pattern, return_attention_weights=True)
+        ref, (_, ref_alpha) = conv(x, edges, return_attention_weights=True)
+        assert torch.equal(got_edges, edges)
+        assert_close(out, ref)
+        assert_close(alpha, ref_alpha)
+        assert_close(conv(x, pattern), ref)

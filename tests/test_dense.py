@@ -79,3 +79,23 @@ def test_mask_must_be_bool():
 def test_heads_must_divide_width():
     with pytest.raises(ValueError, match="heads"):
         dense.six_steps(torch.randn(3, 4), *(torch.eye(4),) * 3, heads=3)
+
+
+def test_minus_inf_bias_row_is_zero_and_biases_are_independent():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    w = [torch.randn(4, 4, dtype=torch.float64) for _ in range(3)]
+    bias = torch.zeros(1, 3, 3, dtype=torch.float64)
+    bias[0, 1] = float("-inf")
+    s = dense.six_steps(x, *w, bias=bias)
+    assert torch.equal(s.weights[0, 1], torch.zeros(3, dtype=torch.float64))
+    b_q = torch.randn(4, dtype=torch.float64)
+    only_q = dense.six_steps(x, *w, b_q=b_q)
+    assert_close(only_q.queries[0], x @ w[0] + b_q)
+    assert_close(only_q.keys[0], x @ w[1])
+
+
+def test_bad_mask_shape_and_heads():
+    with pytest.raises(ValueError, match=r"'mask' to broadcast to \(..., H, L, S\) = \(1, 3, 3\) \(got \(2, 2\)\)"):
+        dense.six_steps(torch.randn(3, 4), *(torch.eye(4),) * 3, mask=torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="heads"):
+        dense.six_steps(torch.randn(3, 4), *(torch.eye(4),) * 3, heads=0)

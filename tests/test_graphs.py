@@ -69,3 +69,19 @@ def test_padded_to_nodes_checks_lengths():
         graphs.padded_to_nodes(torch.randn(2, 4, 3), [1, 2, 3])
     with pytest.raises(ValueError, match="T = 4"):
         graphs.padded_to_nodes(torch.randn(2, 4, 3), [1, 5])
+
+
+def test_integer_likes_are_accepted_and_other_types_refused():
+    import numpy as np
+
+    edge_index, batch = graphs.batch_sequences(np.array([2, 1]))
+    assert edge_index.shape == (2, 5) and batch.tolist() == [0, 0, 1]
+    assert graphs.edge_index_to_mask(torch.tensor([[0], [1]]), (np.int64(1), 2)).shape == (2, 1)
+    with pytest.raises(TypeError, match="pair of ints"):
+        graphs.edge_index_to_mask(torch.tensor([[0], [0]]), (1.7, 2.2))
+    with pytest.raises(TypeError, match="'lengths' to be a sequence"):
+        graphs.batch_sequences(3)
+    with pytest.raises(TypeError, match="'pattern' to be a graphattn.patterns.Pattern"):
+        graphs.batch_sequences([2], "causal")
+    with pytest.raises(TypeError, match="'x' to be a Tensor"):
+        graphs.padded_to_nodes([[1.0]], [1])
