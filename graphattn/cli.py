@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 import graphattn
@@ -58,7 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     module = importlib.import_module(args._module)
-    return int(module.main(args) or 0)
+    try:
+        return int(module.main(args) or 0)
+    except (OSError, ValueError, OverflowError, MemoryError) as err:
+        # A bad path, value or size from the user: one line, not a traceback
+        # (GRAPHATTN_TRACEBACK=1 shows the traceback).
+        if os.environ.get("GRAPHATTN_TRACEBACK"):
+            raise
+        print(f"graphattn {args.command}: error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

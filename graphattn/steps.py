@@ -136,11 +136,15 @@ def _worked_report(scores, d_k: int, decimals: int) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     """Print the six steps and the worked example; return 0, or 2 on bad arguments."""
-    for name, value, low in (("length", args.length, 1), ("dim", args.dim, 1), ("d_k", args.d_k, 1),
-                             ("decimals", args.decimals, 0)):
-        if value < low:
-            print(f"graphattn steps: Expected '{name}' to be at least {low} (got {value})", file=sys.stderr)
+    # a teaching printout: every matrix is printed, so sizes are kept to what a screen shows
+    for name, value, low, high in (("length", args.length, 1, 64), ("dim", args.dim, 1, 64),
+                                   ("d_k", args.d_k, 1, 10**6), ("decimals", args.decimals, 0, 12)):
+        if not low <= value <= high:
+            print(f"graphattn steps: Expected '{name}' to be in [{low}, {high}] (got {value})", file=sys.stderr)
             return 2
+    if not all(math.isfinite(s) for s in args.scores):
+        print(f"graphattn steps: Expected '--scores' to be finite numbers (got {args.scores})", file=sys.stderr)
+        return 2
     lines = _six_steps_report(args.length, args.dim, args.seed, args.causal, args.decimals)
     lines += _worked_report(args.scores, args.d_k, args.decimals)
     print("\n".join(lines))

@@ -44,3 +44,20 @@ def test_readme_starts_with_the_two_setup_commands_and_ci_runs_the_second():
         step = step.strip()
         if step.startswith("pip install") or step.startswith("python3 -m venv"):
             assert step in ci, step
+
+
+def test_user_errors_become_one_line(monkeypatch, capsys, tmp_path):
+    import types
+
+    fake = types.ModuleType("graphattn_fake_command")
+    fake.add_arguments = lambda parser: parser.add_argument("--out")
+    fake.main = lambda args: open(args.out, "w")  # a directory: IsADirectoryError, an OSError
+    monkeypatch.setitem(sys.modules, "graphattn_fake_command", fake)
+    monkeypatch.setitem(cli.COMMANDS, "fake", ("graphattn_fake_command", "a test command"))
+    monkeypatch.delenv("GRAPHATTN_TRACEBACK", raising=False)
+    assert cli.main(["fake", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graphattn fake: error: IsADirectoryError") and "\n" not in err
+    monkeypatch.setenv("GRAPHATTN_TRACEBACK", "1")
+    with pytest.raises(IsADirectoryError):
+        cli.main(["fake", "--out", str(tmp_path)])
