@@ -18,11 +18,12 @@ Methods (H heads of D channels, float32 by default):
   projections are replaced by identities, so it computes exactly what
   ``graphattn`` computes (scores, softmax and aggregation on the edges).
 
-Measurement: each (pattern, L, method, mode) runs in its own subprocess. Time
-is the median wall-clock of ``--repeats`` calls after one warm-up call. Peak
-memory is the peak resident set size during one call above the resident size
-just before it (Linux ``VmHWM`` reset through ``/proc/self/clear_refs``, with
-``MALLOC_MMAP_THRESHOLD_`` fixed so freed buffers go back to the system);
+Measurement: each (pattern, L) runs in its own subprocess. Time is the median
+wall-clock of ``--repeats`` calls after one warm-up call. Peak memory is the
+peak resident set size during one more call above the resident size just
+before it (Linux ``VmHWM`` reset through ``/proc/self/clear_refs``; before
+that call glibc is told to map every buffer of 64 KiB or more on its own and
+to return freed memory, so that the resident size tracks live memory);
 on CUDA, ``torch.cuda.max_memory_allocated`` above the allocated memory before
 the call. Inputs, structures and compiled kernels are resident before, so not
 counted. A case whose estimated memory exceeds ``--memory-budget`` is skipped
@@ -159,6 +160,23 @@ def _memory_probe(device):
     return reset, read
 
 
+def _malloc_for_memory_run(on: bool) -> None:
+    """``on``: every buffer of 64 KiB or more is its own mapping, returned to the system when freed, and
+    what glibc keeps of earlier buffers is returned now, so the resident size tracks live memory. ``off``:
+    back to large buffers from the heap (glibc's steady state after warm-up), for the timed runs, since
+    per-buffer mappings cost page faults on every call."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 65536 if on else 32 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 0 if on else 64 << 20)  # M_TRIM_THRESHOLD
+        if on:
+            libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the peak may miss reused freed memory
+        pass
+
+
 def _topk_table(q, k, keys):
     """Top-``keys`` keys per query of the head-averaged scores, as a bool table (L, S); chunked."""
     import torch
@@ -188,8 +206,9 @@ def _setup(case):
         pat = patterns.full()
     elif pattern == "window":
         pat = patterns.window(WINDOW, WINDOW)
-    elif pattern == "random":
-        pat = patterns.random(KEYS, seed=0).bind(L, L)
+    elif pattern == "random":  # bind (an L x S table for mask_mod) only where a mask is needed
+        pat = patterns.random(KEYS, seed=0)
+        pat = pat.bind(L, L) if method in ("flex", "sdpa_mask") else pat
     else:
         table = _topk_table(q, k, KEYS)  # (L, S)
         pat = None
@@ -293,11 +312,13 @@ def worker(case: dict) -> dict:
     times = times or [first]
     gc.collect()
     reset, read = _memory_probe(device)
+    _malloc_for_memory_run(True)
     base = reset()
     run()
     peak = read(base)
     del run
     gc.collect()
+    _malloc_for_memory_run(False)
     median = sorted(times)[len(times) // 2]
     return dict(time_s=median, time_min_s=min(times), runs=len(times), prep_s=prep_s,
                 compile_s=max(first - median, 0.0) if case["method"] == "flex" else None,
@@ -313,7 +334,7 @@ def _worker_main() -> None:
 def _spawn(cases: list[dict], timeout: float) -> list[dict]:
     """Run ``worker`` on ``cases`` in a fresh interpreter; a crash or timeout becomes the ``status``
     of the case it hit, and the cases after it run in a new interpreter."""
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
+    env = dict(os.environ)
     code = "from graphattn.bench import _worker_main; _worker_main()"
     results: list[dict] = []
     while len(results) < len(cases):
