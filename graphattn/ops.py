@@ -44,6 +44,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from graphattn.graphs import check_edge_index
 
@@ -81,6 +82,8 @@ def check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
             f"Expected 'key' (S, H, D) and 'value' (S, H, D_v) to agree on S and H "
             f"(got {tuple(key.shape)} and {tuple(value.shape)})"
         )
+    if query.size(-1) == 0 or value.size(-1) == 0:
+        raise ValueError(f"Expected at least one channel per head (got D = {query.size(-1)}, D_v = {value.size(-1)})")
     if query.shape[1:] != key.shape[1:]:
         raise ValueError(
             f"Expected 'query' (L, H, D) and 'key' (S, H, D) to agree on H and D "
@@ -88,13 +91,15 @@ def check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
         )
 
 
-def check_edge_bias(edge_bias: Tensor | None, num_edges: int, heads: int) -> Tensor | None:
+def check_edge_bias(edge_bias: Tensor | None, num_edges: int, heads: int, dtype=None) -> Tensor | None:
     """Validate ``edge_bias`` of shape ``(E,)`` or ``(E, H)``; return it as ``(E, H)`` or ``(E, 1)``."""
     if edge_bias is None:
         return None
     if not isinstance(edge_bias, Tensor) or not edge_bias.is_floating_point():
         got = edge_bias.dtype if isinstance(edge_bias, Tensor) else type(edge_bias).__name__
         raise TypeError(f"Expected 'edge_bias' to be a floating-point Tensor (got {got})")
+    if dtype is not None and edge_bias.dtype != dtype:
+        raise TypeError(f"Expected 'edge_bias' to have the features' dtype {dtype} (got {edge_bias.dtype})")
     if edge_bias.dim() == 1:
         edge_bias = edge_bias.unsqueeze(-1)  # (E, 1)
     if edge_bias.dim() != 2 or edge_bias.size(0) != num_edges or edge_bias.size(1) not in (1, heads):
@@ -103,7 +108,7 @@ def check_edge_bias(edge_bias: Tensor | None, num_edges: int, heads: int) -> Ten
             f"(got {tuple(edge_bias.shape)})"
         )
     if torch.isnan(edge_bias).any() or torch.isposinf(edge_bias).any():
-        raise ValueError("Expected 'edge_bias' to hold no NaN or +inf (-inf is allowed and removes the edge)")
+        raise ValueError("Expected 'edge_bias' to hold no NaN or +inf (-inf is allowed and gives the edge weight 0)")
     return edge_bias
 
 
@@ -145,8 +150,8 @@ class _Graph:
 
     def __init__(self, edge_index: Tensor, num_targets: int, num_sources: int):
         L, S = num_targets, num_sources
-        src, dst = edge_index[0].long(), edge_index[1].long()  # (E,), (E,)
-        self.L, self.S, self.E = L, S, src.numel()
+        src, dst = edge_index.long().clone()  # (E,), (E,) own copies: later edits of the caller's tensor
+        self.L, self.S, self.E = L, S, src.numel()  # cannot reach the cached structure
         key = dst * S + src  # (E,) row-major position in the (L, S) grid
         self.perm = None  # sorted = caller[perm]; None when the caller's order is already sorted
         if self.E > 1 and not bool((key[1:] >= key[:-1]).all()):
@@ -352,12 +357,13 @@ def prepare(edge_index, num_targets: int, num_sources: int | None = None, device
     L = num_targets
     S = L if num_sources is None else num_sources
     if isinstance(edge_index, Tensor):
-        key = (L, S, edge_index.device, tuple(edge_index.shape), edge_index.data_ptr(), edge_index._version)
-
         def build():
             check_edge_index(edge_index, S, L)
             return _Graph(edge_index, L, S)
 
+        if edge_index.is_inference():  # no version counter to notice in-place edits: build every time
+            return build()
+        key = (L, S, edge_index.device, tuple(edge_index.shape), edge_index.data_ptr(), edge_index._version)
         return _cached_graph(edge_index, key, build)
     if not _is_pattern(edge_index):
         raise TypeError(
@@ -365,7 +371,7 @@ def prepare(edge_index, num_targets: int, num_sources: int | None = None, device
             f"(got {type(edge_index).__name__})"
         )
     pattern = edge_index
-    return _cached_graph(pattern, (L, S, str(device)),
+    return _cached_graph(pattern, (L, S, str(device), getattr(pattern, "name", None)),
                          lambda: _Graph(pattern.edge_index(L, S).to(device), L, S))
 
 
@@ -383,6 +389,13 @@ def _sddmm(graph: _Graph, a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     H, E = a.size(1), graph.E
     out = a.new_empty(H, E)  # (H, E)
     if E == 0:
+        return out
+    if graph.has_duplicates:  # sampled_addmm wants each (i, j) once: bounded chunks of gathered rows instead
+        step = max(1, TILE_FLOATS // max(1, H * a.size(2)))
+        for e0 in range(0, E, step):
+            dst, src = graph.dst[e0:e0 + step], graph.src[e0:e0 + step]
+            prod = torch.einsum("ehd,ehd->he", a.index_select(0, dst), b.index_select(0, src))  # (H, chunk)
+            out[:, e0:e0 + step] = prod.mul_(alpha)
         return out
     size = (graph.L, graph.S)
     pattern = _csr(graph.crow, graph.src, graph.zeros(a.dtype), size)  # zeros: beta * garbage could be NaN
@@ -476,6 +489,7 @@ class _CSRAttention(torch.autograd.Function):
         return out, alpha_d  # (L, H, D_v), (H, E)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out, grad_alpha):
         q, k, v, alpha, keep = ctx.saved_tensors
         dq, dk, dv, ds = _csr_backward(ctx.graph, q, k, v, alpha, keep, ctx.p, grad_out, grad_alpha, ctx.scale)
@@ -546,6 +560,7 @@ class _BlockAttention(torch.autograd.Function):
         return out[:, :L].transpose(0, 1).contiguous(), alpha  # (L, H, D_v), (H, E)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out, grad_alpha):
         qh, kh, vh, probs, keeps = ctx.saved_tensors
         graph, tiles, scale, p = ctx.graph, ctx.tiles, ctx.scale, ctx.p
@@ -856,6 +871,17 @@ def attention(
 
     Dropout draws its mask differently on each kernel (same distribution, not
     the same bits); with ``need_weights=False`` on "sdpa" the mask is SDPA's.
+
+    A ``-inf`` in ``edge_bias`` gives the edge weight exactly 0 but keeps it in
+    the graph, so a NaN/inf in that key's value still reaches the output
+    (0 * NaN), as with SDPA's additive float masks; to remove an edge, leave it
+    out of ``edge_index``. The "block" and "csr" kernels are differentiable
+    once (no double backward, e.g. gradient penalties: use
+    ``AttentionConv(impl="message_passing")``). float16/bfloat16 run in
+    float32 on "csr" (PyTorch's CPU sparse kernels lack half types).
+    The structure cache notices in-place edits of ``edge_index`` through its
+    version counter; edits that bypass it (``.data``, a shared NumPy array)
+    are not seen: pass a new tensor. Patterns are treated as immutable.
     With ``need_weights=False`` the "sdpa" output may be a non-contiguous view.
 
     Examples
@@ -868,8 +894,10 @@ def attention(
     tensor([1.0000, 0.3302, 0.6698])
     """
     check_qkv(query, key, value)
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"Expected 'dropout' to be in [0, 1) (got {dropout})")
+    if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"Expected 'dropout' to be a number in [0, 1) (got {dropout!r})")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise ValueError(f"Expected 'scale' to be a finite number (got {scale!r})")
     if impl not in IMPLS:
         raise ValueError(f"Expected 'impl' to be one of {IMPLS} (got {impl!r})")
     L, H, D = query.shape
@@ -883,7 +911,7 @@ def attention(
                                    _causal_guards(L, S, query.device) if kind == "causal" else None)
             return out, None if alpha is None else alpha.t()
     graph = prepare(edge_index, L, S, device=query.device)
-    edge_bias = check_edge_bias(edge_bias, graph.E, H)
+    edge_bias = check_edge_bias(edge_bias, graph.E, H, dtype=query.dtype)
     chosen = choose_impl(graph, query, key, value, edge_bias, impl)
     if chosen == "sdpa":
         kind = graph.edge_set()
@@ -898,6 +926,9 @@ def attention(
             return _BlockAttention.apply(q, k, v, b, graph, tiles, scale, p, need_weights)
 
         out, alpha = _guarded(kernel, query, key, value, *_graph_guards(graph), bias, scale, p)
+    elif query.dtype in (torch.float16, torch.bfloat16):  # CPU sparse kernels lack half types: float32 inside
+        f32 = [None if t is None else t.float() for t in (query, key, value, bias)]
+        out, alpha = (t.to(query.dtype) for t in _CSRAttention.apply(*f32, graph, scale, p))
     else:
         out, alpha = _CSRAttention.apply(query, key, value, bias, graph, scale, p)
     return out, graph.unsort(alpha.t()) if need_weights else None  # (L, H, D_v), (E, H)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import DTYPES, TOL, assert_close
+import graphattn as ga
 from graphattn import AttentionConv, graphs, ops, patterns
 from graphattn.dense import six_steps
 
@@ -430,3 +431,73 @@ def test_bench_ratios_and_targets():
     assert any(line.startswith("[met] fwd+bwd ratio >= fwd ratio / 2: sdpa_mask/graphattn 8.00") for line in lines)
     assert bench.num_edges("window", 200) == 200 * 129 - 64 * 65
     assert bench.num_edges("window", 200) == patterns.window(64, 64).edge_index(200).size(1)
+
+
+# -- found by adversarial testing -----------------------------------------------------------------
+
+
+def _dense_reference(q, k, v, edge_index):
+    """Per-edge loop: softmax over each query's edges (duplicates included), weighted sum."""
+    L, H, _ = q.shape
+    out = q.new_zeros(L, H, v.size(-1))
+    for i in range(L):
+        src = edge_index[0][edge_index[1] == i]
+        if src.numel():
+            w = torch.softmax(torch.einsum("hd,ehd->eh", q[i], k[src]) / q.size(-1) ** 0.5, dim=0)  # (e, H)
+            out[i] = torch.einsum("eh,ehd->hd", w, v[src])
+    return out
+
+
+def test_more_duplicate_edges_than_grid_cells():
+    q = k = v = torch.randn(2, 2, 3, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 1, 1, 1]])  # E = 7 > L * S = 4
+    out, alpha = ga.attention(q, k, v, edge_index)
+    torch.testing.assert_close(out, _dense_reference(q, k, v, edge_index), atol=1e-10, rtol=0)
+    assert torch.allclose(alpha[:3, 0], alpha[0, 0].expand(3))
+
+
+def test_inference_mode_and_in_place_edits():
+    q = k = v = torch.randn(5, 2, 4)
+    with torch.inference_mode():
+        edge_index = ga.patterns.window(1, 1).edge_index(5)
+        out, _ = ga.attention(q, k, v, edge_index)
+    torch.testing.assert_close(out, _dense_reference(q, k, v, edge_index), atol=1e-5, rtol=1e-5)
+    edge_index = ga.patterns.window(1, 1).edge_index(5)
+    ga.attention(q, k, v, edge_index)
+    edge_index[1, 0] = 4  # an in-place edit bumps the version: the cache must notice
+    torch.testing.assert_close(ga.attention(q, k, v, edge_index)[0], _dense_reference(q, k, v, edge_index),
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_half_types_on_a_random_graph(dtype):
+    q, k, v = (torch.randn(9, 2, 4) for _ in range(3))
+    edge_index = ga.patterns.random(3, seed=1).edge_index(9)
+    out, _ = ga.attention(q.to(dtype), k.to(dtype), v.to(dtype), edge_index)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), _dense_reference(q, k, v, edge_index), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(scale=float("nan")), ValueError, "'scale' to be a finite number"),
+        (dict(dropout="0.1"), ValueError, "'dropout' to be a number"),
+        (dict(edge_bias=torch.zeros(13, dtype=torch.float64)), TypeError, "'edge_bias' to have the features' dtype"),
+    ],
+    ids=["scale_nan", "dropout_str", "bias_dtype"],
+)
+def test_bad_arguments(kwargs, exc, match):
+    q = k = v = torch.randn(5, 2, 4)
+    with pytest.raises(exc, match=match):
+        ga.attention(q, k, v, ga.patterns.window(1, 1).edge_index(5), **kwargs)
+    with pytest.raises(ValueError, match="at least one channel"):
+        ga.attention(*(torch.randn(5, 2, 0),) * 3, ga.patterns.window(1, 1).edge_index(5))
+
+
+def test_double_backward_is_refused_clearly():
+    q = torch.randn(6, 2, 4, requires_grad=True)
+    out, _ = ga.attention(q, q.detach(), q.detach(), ga.patterns.random(2).edge_index(6), impl="csr")
+    (g,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice"):
+        g.sum().backward()
