@@ -505,12 +505,41 @@ def report(rows: list[dict], matmul: float, args) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     frame.drop(columns=["peak_bytes"]).to_csv(args.out / f"bench-{stamp}.csv", index=False)
+    import torch
+
     meta = dict(date=time.strftime("%Y-%m-%d %H:%M"), matmul_gflops=matmul, argv=sys.argv[1:],
-                machine=_machine(), targets=targets(rows))
+                threads=args.threads or torch.get_num_threads(), torch=torch.__version__, machine=_machine(),
+                targets=targets(rows))
     (args.out / f"bench-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1, default=str))
+    (args.out / f"bench-{stamp}.md").write_text(markdown(rows, meta))
     if args.plot:
         _plot(frame, args.out / f"bench-{stamp}.png")
-    console.print(f"wrote {args.out}/bench-{stamp}.csv and .json" + (" and .png" if args.plot else ""))
+    console.print(f"wrote {args.out}/bench-{stamp}.csv, .json, .md" + (" and .png" if args.plot else ""))
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    """The results as a markdown page: date, machine, the table, the targets."""
+    cols = ["pattern", "L", "mode", "method", "time_s", "time_ratio", "peak_mib", "memory_ratio", "gflops",
+            "prep_s", "compile_s", "status"]
+    lines = [f"# graphattn bench, {meta['date']}", "", f"Arguments: `{' '.join(meta['argv']) or '(defaults)'}`; "
+             f"torch threads: {meta.get('threads', '?')}; plain matmul: {meta['matmul_gflops']:.0f} GFLOP/s; "
+             "ratio = method / graphattn (> 1: graphattn is faster / smaller); times in seconds, peaks in MiB "
+             "above the resident size before the call.", "", "```", meta["machine"], "```", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        r = dict(r, peak_mib=r["peak_bytes"] / 2 ** 20 if r.get("peak_bytes") is not None else None)
+        lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+    lines += ["", "## Targets", ""] + [f"- {t}" for t in meta["targets"]]
+    return "\n".join(lines) + "\n"
+
+
+def markdown_from_json(path) -> Path:
+    """Write ``<path>.md`` next to a results JSON file written by ``graphattn bench``."""
+    path = Path(path)
+    data = json.loads(path.read_text())
+    out = path.with_suffix(".md")
+    out.write_text(markdown(data["rows"], data["meta"]))
+    return out
 
 
 def _fmt(x) -> str:
@@ -525,8 +554,9 @@ def _fmt(x) -> str:
 
 def _machine() -> str:
     try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        return "\n".join(out.splitlines()[:15])
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout.splitlines()
+        keep = ("Architecture", "CPU(s):", "Model name", "Thread(s)", "Core(s)", "L1d", "L2", "L3")
+        return "\n".join(line for line in out if line.startswith(keep))
     except (OSError, subprocess.SubprocessError):
         import platform
 

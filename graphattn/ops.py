@@ -503,15 +503,14 @@ class _CSRAttention(torch.autograd.Function):
 # the block kernel: dense tiles (GEMM) masked to the edges, one fused softmax per block row
 
 
-def _pad_heads_first(x: Tensor, rows: int, scale: float = 1.0) -> Tensor:
-    """(n, H, d) -> contiguous (H, rows, d), zero rows after n, optionally scaled (one pass)."""
-    out = x.new_empty(x.size(1), rows, x.size(2))  # (H, rows, d)
-    if scale != 1.0:
-        torch.mul(x.transpose(0, 1), scale, out=out[:, :x.size(0)])
-    else:
-        out[:, :x.size(0)].copy_(x.transpose(0, 1))
-    out[:, x.size(0):].zero_()
-    return out
+def _pad_rows(x: Tensor, rows: int) -> Tensor:
+    """(n, H, d) -> (rows, H, d) with zero rows after n; ``x`` itself when n == rows (no copy)."""
+    return x if x.size(0) == rows else F.pad(x, (0, 0, 0, 0, 0, rows - x.size(0)))
+
+
+def _head_rows(x: Tensor, h: int, r0: int, r1: int, B: int) -> Tensor:
+    """Rows ``[r0, r1)`` of head h of a node-major ``(rows, H, d)`` tensor as ``(c, B, d)``, a strided view."""
+    return x[r0:r1, h].unflatten(0, (-1, B))  # (c, B, d), row stride H * d
 
 
 class _BlockAttention(torch.autograd.Function):
@@ -519,65 +518,72 @@ class _BlockAttention(torch.autograd.Function):
 
     One head and one chunk of query blocks at a time, so that scores,
     probabilities and their gradients stay in cache: ``(c, B, nt*B)`` tiles.
-    The probabilities are kept for backward only when an input needs a gradient.
+    Queries, outputs and their gradients stay node-major ``(L, H, d)``: the
+    matmuls read and write them through strided per-head views (no copies);
+    ``scale`` is applied inside the matmuls. The probabilities are kept for
+    backward only when an input needs a gradient.
     """
 
     @staticmethod
     def forward(ctx, query, key, value, bias, graph, tiles, scale, p, need_weights):
         ctx.set_materialize_grads(False)
         B, L, H, Dv, ntb = tiles.B, graph.L, query.size(1), value.size(2), tiles.nt * tiles.B
+        rows = tiles.nqb * B
         keep_probs = any(ctx.needs_input_grad[:4])
-        qh = _pad_heads_first(query, tiles.nqb * B, scale)  # (H, nqb*B, D), holds q * scale
-        kh, vh = tiles.pad_keys(key), tiles.pad_keys(value)  # (H, rows, D), (H, rows, D_v)
-        out = query.new_empty(H, tiles.nqb * B, Dv)  # (H, nqb*B, D_v)
+        qp = _pad_rows(query.contiguous(), rows)  # (nqb*B, H, D), the query itself when L = nqb*B
+        kh, vh = tiles.pad_keys(key), tiles.pad_keys(value)  # (H, rows_k, D), (H, rows_k, D_v)
+        out = query.new_empty(rows, H, Dv)  # (nqb*B, H, D_v)
         alpha = query.new_empty(H, graph.E if need_weights else 0)  # (H, E)
-        probs = query.new_empty(H, tiles.nqb * B, ntb) if keep_probs else None  # (H, nqb*B, nt*B)
-        keeps = torch.empty(H, tiles.nqb * B, ntb, dtype=torch.bool, device=query.device) if p > 0.0 else None
+        probs = query.new_empty(H, rows, ntb) if keep_probs else None  # (H, nqb*B, nt*B)
+        keeps = torch.empty(H, rows, ntb, dtype=torch.bool, device=query.device) if p > 0.0 else None
         flats = [tiles.flat[e0:e1] - b0 * B * ntb if need_weights or bias is not None else None
                  for b0, b1, e0, e1 in tiles.chunks]  # (E_c,) each, in a chunk's (c*B, nt*B) plane
+        s = query.new_empty(max(b1 - b0 for b0, b1, _, _ in tiles.chunks) * B * ntb)  # score buffer, reused
         for h in range(H):
             for (b0, b1, e0, e1), flat in zip(tiles.chunks, flats):
                 r0, r1 = b0 * B, b1 * B
-                s = torch.bmm(qh[h, r0:r1].view(-1, B, qh.size(2)), tiles.keys(kh[h], b0, b1).mT)  # (c, B, nt*B)
+                s_c = s[:(r1 - r0) * ntb].view(b1 - b0, B, ntb)  # (c, B, nt*B)
+                s_c.baddbmm_(_head_rows(qp, h, r0, r1, B), tiles.keys(kh[h], b0, b1).mT, beta=0.0,
+                             alpha=scale)  # (c, B, D) @ (c, D, nt*B) * scale; beta = 0 ignores the old buffer
                 if bias is not None:
-                    s.view(-1).index_add_(0, flat, bias[e0:e1, h if bias.size(1) > 1 else 0])
-                s.view(r1 - r0, ntb).masked_fill_(tiles.blocked[r0:r1], float("-inf"))
+                    s_c.view(-1).index_add_(0, flat, bias[e0:e1, h if bias.size(1) > 1 else 0])
+                s_c.view(r1 - r0, ntb).masked_fill_(tiles.blocked[r0:r1], float("-inf"))
                 if probs is None:
-                    prob = torch.softmax(s.view(r1 - r0, ntb), -1)  # (c*B, nt*B), fused; 0 off the edges
+                    prob = torch.softmax(s_c.view(r1 - r0, ntb), -1)  # (c*B, nt*B), fused; 0 off the edges
                 else:
-                    prob = torch._softmax(s.view(r1 - r0, ntb), -1, False, out=probs[h, r0:r1])
+                    prob = torch._softmax(s_c.view(r1 - r0, ntb), -1, False, out=probs[h, r0:r1])
                 if tiles.has_empty:  # a row without edges is all -inf: NaN -> exact 0
                     prob.masked_fill_(tiles.empty_rows[r0:r1].unsqueeze(-1), 0.0)
                 if keeps is not None:
                     keep = keeps[h, r0:r1].bernoulli_(1.0 - p)  # (c*B, nt*B)
                     prob = prob * keep / (1.0 - p)
-                torch.bmm(prob.view(-1, B, ntb), tiles.keys(vh[h], b0, b1), out=out[h, r0:r1].view(-1, B, Dv))
+                torch.bmm(prob.view(-1, B, ntb), tiles.keys(vh[h], b0, b1), out=_head_rows(out, h, r0, r1, B))
                 if need_weights:
                     alpha[h, e0:e1] = prob.view(-1).index_select(0, flat)  # (E_c,)
-        ctx.save_for_backward(qh, kh, vh, probs, keeps)
+        ctx.save_for_backward(qp, kh, vh, probs, keeps)
         ctx.graph, ctx.tiles, ctx.scale, ctx.p = graph, tiles, scale, p
         ctx.bias_heads = None if bias is None else bias.size(1)
-        return out[:, :L].transpose(0, 1).contiguous(), alpha  # (L, H, D_v), (H, E)
+        return out[:L], alpha  # (L, H, D_v), (H, E)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out, grad_alpha):
-        qh, kh, vh, probs, keeps = ctx.saved_tensors
+        qp, kh, vh, probs, keeps = ctx.saved_tensors
         graph, tiles, scale, p = ctx.graph, ctx.tiles, ctx.scale, ctx.p
-        L, S, H, B, ntb, D = graph.L, graph.S, qh.size(0), tiles.B, tiles.nt * tiles.B, qh.size(2)
+        L, S, H, B, ntb = graph.L, graph.S, qp.size(1), tiles.B, tiles.nt * tiles.B
         if grad_out is None:
-            grad_out = qh.new_zeros(L, H, vh.size(2))
+            grad_out = qp.new_zeros(L, H, vh.size(2))
         if not _finite(grad_out):  # 0 * inf off the edges would poison: go exact
             return _BlockAttention._backward_csr(ctx, grad_out, grad_alpha)
-        gh = _pad_heads_first(grad_out, tiles.nqb * B)  # (H, nqb*B, D_v)
-        dq, dk, dv = torch.empty_like(qh), torch.zeros_like(kh), torch.zeros_like(vh)
-        ds_edges = qh.new_empty(H, graph.E) if ctx.bias_heads is not None else None  # (H, E)
+        gp = _pad_rows(grad_out.contiguous(), tiles.nqb * B)  # (nqb*B, H, D_v)
+        dq, dk, dv = torch.empty_like(qp), torch.zeros_like(kh), torch.zeros_like(vh)
+        ds_edges = qp.new_empty(H, graph.E) if ctx.bias_heads is not None else None  # (H, E)
         flats = [tiles.flat[e0:e1] - b0 * B * ntb if grad_alpha is not None or ds_edges is not None else None
                  for b0, b1, e0, e1 in tiles.chunks]  # (E_c,) each
         for h in range(H):
             for (b0, b1, e0, e1), flat in zip(tiles.chunks, flats):
                 r0, r1 = b0 * B, b1 * B
-                q_c, g_c = qh[h, r0:r1].view(-1, B, D), gh[h, r0:r1].view(-1, B, gh.size(2))  # (c, B, d)
+                q_c, g_c = _head_rows(qp, h, r0, r1, B), _head_rows(gp, h, r0, r1, B)  # (c, B, d)
                 k_c, v_c = tiles.keys(kh[h], b0, b1), tiles.keys(vh[h], b0, b1)  # (c, nt*B, d)
                 prob = probs[h, r0:r1].view(-1, B, ntb)  # (c, B, nt*B)
                 d_prob = torch.bmm(g_c, v_c.mT)  # (c, B, D_v) @ (c, D_v, nt*B): dL/d prob_dropped
@@ -588,29 +594,27 @@ class _BlockAttention(torch.autograd.Function):
                     keep = keeps[h, r0:r1].view(-1, B, ntb)
                     d_prob = d_prob * keep / (1.0 - p)
                     prob_d = prob * keep / (1.0 - p)
-                ds = torch._softmax_backward_data(d_prob, prob, -1, prob.dtype)  # (c, B, nt*B)
-                torch.bmm(ds, k_c, out=dq[h, r0:r1].view(-1, B, D))  # (c, B, D)
-                tiles.add_keys(dk[h], torch.bmm(ds.mT, q_c), b0, b1)  # (c, nt*B, D)
+                ds = torch._softmax_backward_data(d_prob, prob, -1, prob.dtype)  # (c, B, nt*B): dL/d score
+                _head_rows(dq, h, r0, r1, B).baddbmm_(ds, k_c, beta=0.0, alpha=scale)  # (c, B, D)
+                tiles.add_keys(dk[h], torch.bmm(ds.mT, q_c).mul_(scale), b0, b1)  # (c, nt*B, D)
                 tiles.add_keys(dv[h], torch.bmm(prob_d.mT, g_c), b0, b1)  # (c, nt*B, D_v)
                 if ds_edges is not None:
                     ds_edges[h, e0:e1] = ds.view(-1).index_select(0, flat)  # (E_c,)
         dbias = None
         if ds_edges is not None and ctx.needs_input_grad[3]:
             dbias = ds_edges.t() if ctx.bias_heads > 1 else ds_edges.sum(0).unsqueeze(-1)
-        dq = dq[:, :L].transpose(0, 1) * scale  # (L, H, D)
-        return dq, tiles.unpad_keys(dk, S), tiles.unpad_keys(dv, S), dbias, None, None, None, None, None
+        return dq[:L], tiles.unpad_keys(dk, S), tiles.unpad_keys(dv, S), dbias, None, None, None, None, None
 
     @staticmethod
     def _backward_csr(ctx, grad_out, grad_alpha):
         """Exact backward on the CSR kernel (used when ``grad_out`` is not finite)."""
-        qh, kh, vh, probs, keeps = ctx.saved_tensors
+        qp, kh, vh, probs, keeps = ctx.saved_tensors
         graph, tiles, L, S, p = ctx.graph, ctx.tiles, ctx.graph.L, ctx.graph.S, ctx.p
-        H = qh.size(0)
+        H = qp.size(1)
         alpha = probs.view(H, -1).index_select(1, tiles.flat)  # (H, E)
         keep = None if keeps is None else keeps.view(H, -1).index_select(1, tiles.flat)  # (H, E)
-        dq, dk, dv, ds = _csr_backward(graph, qh[:, :L].transpose(0, 1), tiles.unpad_keys(kh, S),
-                                       tiles.unpad_keys(vh, S), alpha, keep, p, grad_out, grad_alpha, ctx.scale,
-                                       q_scaled=True)
+        dq, dk, dv, ds = _csr_backward(graph, qp[:L], tiles.unpad_keys(kh, S), tiles.unpad_keys(vh, S),
+                                       alpha, keep, p, grad_out, grad_alpha, ctx.scale)
         dbias = None
         if ctx.bias_heads is not None and ctx.needs_input_grad[3]:
             dbias = ds.t() if ctx.bias_heads > 1 else ds.sum(0).unsqueeze(-1)
