@@ -509,7 +509,7 @@ def report(rows: list[dict], matmul: float, args) -> None:
 
     meta = dict(date=time.strftime("%Y-%m-%d %H:%M"), matmul_gflops=matmul, argv=sys.argv[1:],
                 threads=args.threads or torch.get_num_threads(), torch=torch.__version__, machine=_machine(),
-                targets=targets(rows))
+                load=getattr(args, "load", None), targets=targets(rows))
     (args.out / f"bench-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1, default=str))
     (args.out / f"bench-{stamp}.md").write_text(markdown(rows, meta))
     if args.plot:
@@ -522,7 +522,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
     cols = ["pattern", "L", "mode", "method", "time_s", "time_ratio", "peak_mib", "memory_ratio", "gflops",
             "prep_s", "compile_s", "status"]
     lines = [f"# graphattn bench, {meta['date']}", "", f"Arguments: `{' '.join(meta['argv']) or '(defaults)'}`; "
-             f"torch threads: {meta.get('threads', '?')}; plain matmul: {meta['matmul_gflops']:.0f} GFLOP/s; "
+             f"torch threads: {meta.get('threads', '?')}; 1-minute load average at start and end: "
+             f"{meta.get('load')}; plain matmul: {meta['matmul_gflops']:.0f} GFLOP/s; "
              "ratio = method / graphattn (> 1: graphattn is faster / smaller); times in seconds, peaks in MiB "
              "above the resident size before the call.", "", "```", meta["machine"], "```", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -591,8 +592,10 @@ def _plot(frame, path) -> None:
 def main(args, cases: list[dict] | None = None) -> int:
     """Run the grid (or ``cases``), print the table and the targets, write the files. Returns 0."""
     cases = grid(args) if cases is None else cases
+    load = os.getloadavg()[0]
     matmul = matmul_gflops(args.device, args.dtype, threads=args.threads)
     rows = measure(cases, args)
     add_ratios(rows)
+    args.load = (load, os.getloadavg()[0])  # other jobs on the machine distort every number: recorded
     report(rows, matmul, args)
     return 0
