@@ -34,6 +34,8 @@ forward+backward, against a plain ``torch.mm`` measured in the same run.
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import math
 import os
@@ -56,33 +58,50 @@ def add_arguments(parser) -> None:
     parser.add_argument("--full", action="store_true",
                         help=f"the whole grid: L in {FULL_SIZES}, and the linear-scaling sweeps")
     parser.add_argument("--sizes", type=_ints, default=None, help="comma-separated L (default 1024,4096)")
-    parser.add_argument("--patterns", type=_names(PATTERNS), default=PATTERNS, help="comma-separated subset")
-    parser.add_argument("--methods", type=_names(METHODS), default=METHODS, help="comma-separated subset")
+    parser.add_argument("--patterns", type=_names(PATTERNS), default=PATTERNS,
+                        help=f"comma-separated subset of {','.join(PATTERNS)}")
+    parser.add_argument("--methods", type=_names(METHODS), default=METHODS,
+                        help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--modes", type=_names(MODES), default=MODES, help="fwd, fwdbwd")
     parser.add_argument("--scaling", action="store_true", help="also time graphattn for E = 1e5 ... 1e7")
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--dim", type=int, default=64, help="channels per head D")
+    parser.add_argument("--heads", type=_positive(int), default=8)
+    parser.add_argument("--dim", type=_positive(int), default=64, help="channels per head D")
     parser.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--memory-budget", type=float, default=8.0, metavar="GIB",
+    parser.add_argument("--repeats", type=_positive(int), default=3)
+    parser.add_argument("--threads", type=_positive(int), default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--memory-budget", type=_positive(float), default=8.0, metavar="GIB",
                         help="skip a case whose estimated extra memory exceeds this (GiB)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per case before it is killed")
+    parser.add_argument("--timeout", type=_positive(float), default=600.0, help="seconds per case before it is killed")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="folder for CSV/JSON/PNG")
     parser.add_argument("--plot", action="store_true", help="also write a PNG (time vs L per pattern)")
 
 
+def _positive(kind=int):
+    """argparse type: a positive number (argparse prints ArgumentTypeError's message as it is)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__} (got {text!r})") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__} (got {text!r})")
+        return value
+
+    return parse
+
+
 def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(t) for t in text.split(","))
+    """argparse type: comma-separated positive ints."""
+    return tuple(_positive(int)(t) for t in text.split(","))
 
 
 def _names(allowed):
     def parse(text: str) -> tuple[str, ...]:
         names = tuple(t.strip() for t in text.split(",") if t.strip())
         bad = [n for n in names if n not in allowed]
-        if bad:
-            raise ValueError(f"Expected names from {allowed} (got {bad})")
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {', '.join(allowed)} (got {text!r})")
         return names
 
     return parse
@@ -590,7 +609,18 @@ def _plot(frame, path) -> None:
 
 
 def main(args, cases: list[dict] | None = None) -> int:
-    """Run the grid (or ``cases``), print the table and the targets, write the files. Returns 0."""
+    """Run the grid (or ``cases``), print the table and the targets, write the files; 0, or 2 on a bad device."""
+    import torch
+
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        print(f"graphattn bench: Expected '--device' to be a torch device such as cpu or cuda (got {args.device!r})",
+              file=sys.stderr)
+        return 2
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("graphattn bench: '--device cuda' asked for, but this torch build sees no CUDA device", file=sys.stderr)
+        return 2
     cases = grid(args) if cases is None else cases
     load = os.getloadavg()[0]
     matmul = matmul_gflops(args.device, args.dtype, threads=args.threads)

@@ -61,3 +61,24 @@ def test_user_errors_become_one_line(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("GRAPHATTN_TRACEBACK", "1")
     with pytest.raises(IsADirectoryError):
         cli.main(["fake", "--out", str(tmp_path)])
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["bench", "--patterns", "nope"], "subset of complete, window, random, topk"),
+        (["bench", "--sizes", "0"], "expected a positive int (got '0')"),
+        (["bench", "--repeats", "-1"], "expected a positive int"),
+    ],
+    ids=["pattern", "size", "repeats"],
+)
+def test_bench_rejects_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_rejects_a_device_it_cannot_use(capsys):
+    assert cli.main(["bench", "--device", "nonsense"]) == 2
+    assert "'--device'" in capsys.readouterr().err
