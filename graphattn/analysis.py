@@ -384,14 +384,19 @@ def attention_flow(
     return flow
 
 
-def _stacked(alpha, name: str = "alpha") -> Tensor:
-    """``alpha`` as (layers, E, H) from (E, H), (layers, E, H) or a list of (E, H)."""
+def _stacked(alpha, name: str = "alpha", edge_index: Tensor | None = None) -> Tensor:
+    """``alpha`` as (layers, E, H) from (E, H), (layers, E, H) or a list of (E, H); E checked against ``edge_index``."""
     if not isinstance(alpha, Tensor):
         alpha = torch.stack(list(alpha))  # (layers, E, H)
     if alpha.dim() == 2:
         alpha = alpha.unsqueeze(0)  # (1, E, H)
     if alpha.dim() != 3:
         raise ValueError(f"Expected '{name}' to have shape (E, H) or (layers, E, H) (got {tuple(alpha.shape)})")
+    if edge_index is not None:
+        if edge_index.dim() != 2 or edge_index.size(0) != 2:
+            raise ValueError(f"Expected 'edge_index' to have shape (2, E) (got {tuple(edge_index.shape)})")
+        if alpha.size(1) != edge_index.size(1):
+            raise ValueError(f"Expected '{name}' to have E = {edge_index.size(1)} rows (got {alpha.size(1)})")
     return alpha
 
 
@@ -422,9 +427,7 @@ def self_share(edge_index: Tensor, alpha: Tensor | Sequence[Tensor]) -> Tensor:
     >>> self_share(edge_index, torch.tensor([[1.0], [0.5], [0.5]]))   # (1 + 0.5) / 2
     tensor([[0.7500]])
     """
-    a = _stacked(alpha)  # (layers, E, H)
-    if a.size(1) != edge_index.size(1):
-        raise ValueError(f"Expected 'alpha' to have E = {edge_index.size(1)} rows (got {a.size(1)})")
+    a = _stacked(alpha, edge_index=edge_index)  # (layers, E, H)
     is_self = (edge_index[0] == edge_index[1]).to(a.dtype)  # (E,)
     diag = (a * is_self[None, :, None]).sum(dim=1)  # (layers, E, H) -> (layers, H)
     total = a.sum(dim=1)  # (layers, H)
@@ -455,9 +458,7 @@ def mean_attention_distance(edge_index: Tensor, alpha: Tensor | Sequence[Tensor]
     >>> mean_attention_distance(edge_index, torch.tensor([[1.0], [0.5], [0.5]]))  # (0 + 0.5) / 2
     tensor([[0.2500]])
     """
-    a = _stacked(alpha)  # (layers, E, H)
-    if a.size(1) != edge_index.size(1):
-        raise ValueError(f"Expected 'alpha' to have E = {edge_index.size(1)} rows (got {a.size(1)})")
+    a = _stacked(alpha, edge_index=edge_index)  # (layers, E, H)
     dist = (edge_index[1] - edge_index[0]).abs().to(a.dtype)  # (E,)
     num_queries = edge_index[1].unique().numel()  # queries with at least one edge
     per_head = (a * dist[None, :, None]).sum(dim=1)  # (layers, E, H) -> (layers, H)

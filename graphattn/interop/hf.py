@@ -339,6 +339,8 @@ def sentence_embeddings(model, tokenizer, texts: list[str], batch_size: int = 64
     """
     if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
         raise TypeError(f"Expected 'texts' to be a list of str (got {type(texts).__name__})")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"Expected 'batch_size' to be a positive int (got {batch_size!r})")
     parts = []
     for start in range(0, len(texts), batch_size):
         batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True, max_length=max_length,
