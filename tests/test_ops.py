@@ -105,6 +105,14 @@ def _shifted_band(L, S, shift):
 
 
 # ----------------------------------------------------------------------------------- equivalence
+def _assert_same(out, alpha, ref_out, ref_alpha, inputs):
+    """Outputs, weights and the gradients of every input equal the reference's."""
+    assert_close(out, ref_out)
+    assert_close(alpha, ref_alpha)
+    for got, want in zip(_grads(out, alpha, inputs), _grads(ref_out, ref_alpha, inputs)):
+        assert_close(got, want)
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", list(GRAPHS))
@@ -114,10 +122,7 @@ def test_every_kernel_equals_oracle(name, dtype, kernel):
     inputs = _qkv(L, S, dtype=dtype)
     out, alpha = ops.attention(*inputs, edge_index, impl=kernel)
     ref_out, ref_alpha = _oracle(*inputs, edge_index)
-    assert_close(out, ref_out)
-    assert_close(alpha, ref_alpha)
-    for got, want in zip(_grads(out, alpha, inputs), _grads(ref_out, ref_alpha, inputs)):
-        assert_close(got, want)
+    _assert_same(out, alpha, ref_out, ref_alpha, inputs)
 
 
 @pytest.mark.parametrize("name,band", [("window_5_5_L150", True), ("window_and_key_0_L300", False),
@@ -180,10 +185,7 @@ def test_duplicate_edges_are_separate_edges(dtype, kernel):
     inputs = _qkv(L, S, dtype=dtype)
     out, alpha = ops.attention(*inputs, edge_index, impl=kernel)
     ref_out, ref_alpha = _loop_reference(*inputs, edge_index)
-    assert_close(out, ref_out)
-    assert_close(alpha, ref_alpha)
-    for got, want in zip(_grads(out, alpha, inputs), _grads(ref_out, ref_alpha, inputs)):
-        assert_close(got, want)
+    _assert_same(out, alpha, ref_out, ref_alpha, inputs)
 
 
 def test_duplicates_refused_by_forced_block_kernel():
