@@ -117,29 +117,30 @@ def sparsity(model: nn.Module, spec):
     _check_model(model)
     if not (is_pattern(spec) or callable(spec)):
         raise TypeError(f"Expected 'spec' to be a Pattern or a callable (got {type(spec).__name__})")
-    modules = _index_layers(model)
-    for m in modules:
-        _SPARSITY[m] = spec
-    try:
+    with _registered(_SPARSITY, model, spec):
         yield model
-    finally:
-        for m in modules:
-            _SPARSITY.pop(m, None)
 
 
 @contextlib.contextmanager
 def recording(model: nn.Module):
     """Collect ``(layer, graph, alpha (E, H))`` of every self-attention call into the yielded list."""
     _check_model(model)
-    modules = _index_layers(model)
     calls: list = []
-    for m in modules:
-        _RECORDERS[m] = calls
-    try:
+    with _registered(_RECORDERS, model, calls):
         yield calls
+
+
+@contextlib.contextmanager
+def _registered(table: dict, model: nn.Module, value):
+    """Map every attention layer of ``model`` to ``value`` in ``table`` for the duration of the block."""
+    modules = _index_layers(model)
+    for m in modules:
+        table[m] = value
+    try:
+        yield
     finally:
         for m in modules:
-            _RECORDERS.pop(m, None)
+            table.pop(m, None)
 
 
 def _check_model(model) -> None:
