@@ -12,38 +12,31 @@ edge lists. Conventions (DESIGN.md):
 
 from __future__ import annotations
 
-import operator
 from typing import Sequence
 
 import torch
 from torch import Tensor
+
+from graphattn.validate import as_int
 
 __all__ = [
     "check_edge_index",
     "mask_to_edge_index",
     "edge_index_to_mask",
     "sort_edge_index",
+    "edge_weights_to_dense",
+    "dense_to_edge_weights",
     "batch_sequences",
     "padded_to_nodes",
     "nodes_to_padded",
 ]
 
 
-def _as_int(value) -> int | None:
-    """``value`` as a Python int if it is an integer (Python, NumPy or 0-d tensor), else None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
-
-
 def _size_pair(size, name: str = "size") -> tuple[int, int]:
     """Return ``(S, L)`` from an int ``N`` (square) or a pair ``(S, L)``."""
-    if _as_int(size) is not None:
+    if as_int(size) is not None:
         size = (size, size)
-    pair = [_as_int(s) for s in size] if isinstance(size, (tuple, list, torch.Size)) and len(size) == 2 else None
+    pair = [as_int(s) for s in size] if isinstance(size, (tuple, list, torch.Size)) and len(size) == 2 else None
     if pair is None or None in pair:
         raise TypeError(f"Expected '{name}' to be an int N or a pair of ints (S, L) (got {size!r})")
     num_src, num_dst = pair
@@ -195,12 +188,83 @@ def sort_edge_index(edge_index: Tensor, num_sources: int) -> tuple[Tensor, Tenso
     return edge_index[:, perm], perm
 
 
+def edge_weights_to_dense(edge_index: Tensor, alpha: Tensor, size) -> Tensor:
+    """Scatter per-edge weights into dense per-head matrices, zero off the edges.
+
+    Parameters
+    ----------
+    edge_index : Tensor, shape (2, E)
+        Row 0 = source j (key), row 1 = target i (query).
+    alpha : Tensor, shape (E,) or (E, H)
+        One weight per edge (and head). Duplicate edges are summed.
+    size : int or (int, int)
+        ``N`` for a square graph, or the PyG pair ``(S, L)`` (sources, targets).
+
+    Returns
+    -------
+    weights : Tensor, shape (H, L, S), or (L, S) for a 1-D ``alpha``
+        Queries on rows: ``weights[h, i, j] = alpha[e, h]`` for the edge ``e = (j, i)``.
+
+    Raises
+    ------
+    TypeError, ValueError, IndexError
+        As :func:`check_edge_index`, and if ``alpha`` is not ``(E,)`` or ``(E, H)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> edge_weights_to_dense(torch.tensor([[0, 0, 1], [0, 1, 1]]), torch.tensor([1.0, 0.25, 0.75]), 2)
+    tensor([[1.0000, 0.0000],
+            [0.2500, 0.7500]])
+    """
+    num_src, num_dst = _size_pair(size)
+    check_edge_index(edge_index, num_src, num_dst)
+    if not isinstance(alpha, Tensor) or alpha.dim() not in (1, 2) or alpha.size(0) != edge_index.size(1):
+        got = tuple(alpha.shape) if isinstance(alpha, Tensor) else type(alpha).__name__
+        raise ValueError(f"Expected 'alpha' to have shape (E,) or (E, H) with E = {edge_index.size(1)} (got {got})")
+    flat = alpha.unsqueeze(-1) if alpha.dim() == 1 else alpha  # (E, H)
+    dense = flat.new_zeros(num_dst, num_src, flat.size(1))  # (L, S, H)
+    dense.index_put_((edge_index[1], edge_index[0]), flat, accumulate=True)
+    dense = dense.permute(2, 0, 1)  # (H, L, S)
+    return dense[0] if alpha.dim() == 1 else dense
+
+
+def dense_to_edge_weights(weights: Tensor, edge_index: Tensor) -> Tensor:
+    """Read dense per-head weights at the edges: the inverse of :func:`edge_weights_to_dense`.
+
+    Parameters
+    ----------
+    weights : Tensor, shape (H, L, S) or (L, S)
+        Queries on rows, keys on columns.
+    edge_index : Tensor, shape (2, E)
+
+    Returns
+    -------
+    alpha : Tensor, shape (E, H), or (E,) for 2-D ``weights``
+        ``alpha[e, h] = weights[h, i, j]`` for the edge ``e = (j, i)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> dense_to_edge_weights(torch.tensor([[1.0, 0.0], [0.25, 0.75]]), torch.tensor([[0, 0, 1], [0, 1, 1]]))
+    tensor([1.0000, 0.2500, 0.7500])
+    """
+    if not isinstance(weights, Tensor) or weights.dim() not in (2, 3):
+        got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
+        raise ValueError(f"Expected 'weights' to have shape (H, L, S) or (L, S) (got {got})")
+    num_dst, num_src = weights.shape[-2:]
+    check_edge_index(edge_index, num_src, num_dst)
+    if weights.dim() == 2:
+        return weights[edge_index[1], edge_index[0]]  # (E,)
+    return weights[:, edge_index[1], edge_index[0]].t()  # (H, E) -> (E, H)
+
+
 def _check_lengths(lengths) -> list[int]:
     if isinstance(lengths, Tensor):
         lengths = lengths.tolist()
     if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
         raise TypeError(f"Expected 'lengths' to be a sequence of ints, one per sequence (got {lengths!r})")
-    ints = [_as_int(n) for n in lengths]
+    ints = [as_int(n) for n in lengths]
     if any(n is None or n < 0 for n in ints):
         raise ValueError(f"Expected 'lengths' to hold non-negative ints (got {list(lengths)})")
     return ints

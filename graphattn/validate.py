@@ -1,0 +1,139 @@
+"""Argument validation: one module, one message template.
+
+Every public entry point of graphattn checks its arguments here, so every
+refusal reads the same way and names the argument, what was expected and what
+was got (STYLE.md, "Errors")::
+
+    Expected 'edge_index' to have shape (2, E) (got (3, 10))
+
+Built-in exception types carry fixed meanings: ``TypeError`` a wrong type or
+dtype, ``ValueError`` a bad value or shape, ``IndexError`` an index out of
+range, ``NotImplementedError`` a valid but unsupported combination. Nothing
+here imports any other graphattn module (it is the bottom layer).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+from torch import Tensor
+
+__all__ = ["message", "as_int", "check_int", "check_float", "check_probability", "check_tensor",
+           "check_choice", "check_bool", "MAX_INDEX"]
+
+MAX_INDEX = 2 ** 62  # largest size or index any entry accepts: products of two stay far from int64 overflow
+
+
+def message(name: str, expected: str, got, fix: str = "") -> str:
+    """The one error template: ``Expected 'name' to be <expected> (got <got>)[; <fix>]``.
+
+    Examples
+    --------
+    >>> message("heads", "a positive int", 0)
+    "Expected 'heads' to be a positive int (got 0)"
+    """
+    got = got if isinstance(got, str) else repr(got)
+    return f"Expected {name!r} to be {expected} (got {got})" + (f"; {fix}" if fix else "")
+
+
+def as_int(value) -> int | None:
+    """``value`` as a Python int if it is an integer (Python, NumPy or 0-d tensor, not bool), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _range_text(low, high, kind: str) -> str:
+    if low is not None and high is not None:
+        return f"{kind} in [{low}, {high}]"
+    if high is not None:
+        return f"{kind} <= {high}"
+    return {None: kind, 0: f"a non-negative {kind.split()[-1]}", 1: f"a positive {kind.split()[-1]}"}.get(
+        low, f"{kind} >= {low}")
+
+
+def check_int(name: str, value, low: int | None = 0, high: int | None = MAX_INDEX) -> int:
+    """Return ``value`` as an int in ``[low, high]``; ``TypeError`` for a non-int, ``ValueError`` out of range.
+
+    Examples
+    --------
+    >>> check_int("k", 3, low=1)
+    3
+    >>> check_int("k", 0, low=1, high=None)
+    Traceback (most recent call last):
+    ValueError: Expected 'k' to be a positive int (got 0)
+    """
+    what = _range_text(low, high if high != MAX_INDEX else None, "an int")
+    number = as_int(value)
+    if number is None:
+        raise TypeError(message(name, what, value))
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise ValueError(message(name, what if high != MAX_INDEX else f"{what} <= 2**62", value))
+    return number
+
+
+def check_float(name: str, value, low: float | None = None, high: float | None = None, *,
+                low_open: bool = False, high_open: bool = False) -> float:
+    """Return ``value`` as a finite float within the given bounds (open or closed)."""
+    lo = "" if low is None else ("(" if low_open else "[") + f"{low}, "
+    hi = "" if high is None else f"{high}" + (")" if high_open else "]")
+    what = "a finite float" + (f" in {lo or '(-inf, '}{hi or 'inf)'}" if (low is not None or high is not None) else "")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not (
+            isinstance(value, Tensor) and value.numel() == 1 and value.is_floating_point()):
+        try:
+            import numpy as np
+
+            ok = isinstance(value, np.floating)
+        except ImportError:  # pragma: no cover
+            ok = False
+        if not ok:
+            raise TypeError(message(name, what, value))
+    number = float(value)
+    bad = not math.isfinite(number)
+    bad |= low is not None and (number <= low if low_open else number < low)
+    bad |= high is not None and (number >= high if high_open else number > high)
+    if bad:
+        raise ValueError(message(name, what, value))
+    return number
+
+
+def check_probability(name: str, value) -> float:
+    """A probability in ``[0, 1)`` (dropout); ``TypeError`` for a non-number."""
+    return check_float(name, value, 0.0, 1.0, high_open=True)
+
+
+def check_bool(name: str, value) -> bool:
+    """A plain bool (no three-state flags, no 0/1 ints)."""
+    if not isinstance(value, bool):
+        raise TypeError(message(name, "a bool", value))
+    return value
+
+
+def check_choice(name: str, value, choices) -> object:
+    """``value`` if it is one of ``choices``, else ``ValueError`` listing them."""
+    if value not in choices:
+        raise ValueError(message(name, "one of " + ", ".join(repr(c) for c in choices), value))
+    return value
+
+
+def check_tensor(name: str, value, *, dim: int | tuple[int, ...] | None = None, shape_text: str = "",
+                 floating: bool | None = None, dtype: torch.dtype | None = None) -> Tensor:
+    """Validate a tensor argument: type, number of dimensions, floating point or an exact dtype.
+
+    ``shape_text`` (e.g. ``"(L, H, D)"``) is what the message says was expected.
+    """
+    shape = f" of shape {shape_text}" if shape_text else ""
+    if not isinstance(value, Tensor):
+        raise TypeError(message(name, f"a Tensor{shape}", type(value).__name__))
+    if dim is not None and value.dim() not in ((dim,) if isinstance(dim, int) else dim):
+        raise ValueError(message(name, f"a Tensor{shape}", f"shape {tuple(value.shape)}"))
+    if floating is True and not value.is_floating_point():
+        raise TypeError(message(name, "a floating-point Tensor", value.dtype))
+    if dtype is not None and value.dtype != dtype:
+        raise TypeError(message(name, f"a Tensor of dtype {dtype}", value.dtype))
+    return value
