@@ -178,7 +178,7 @@ def flash_window(left: int, right: int) -> Pattern:
     >>> flash_window(-1, 0).kind
     'causal'
     """
-    left, right = (check_int(name, v, -1) for name, v in (("left", left), ("right", right)))
+    left, right = (check_int(name, v, -1, None) for name, v in (("left", left), ("right", right)))
     return window(*(None if v == -1 else v for v in (left, right)))
 
 

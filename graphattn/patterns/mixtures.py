@@ -61,7 +61,7 @@ def global_tokens(indices) -> Pattern:
     if as_int(seq) is not None:
         seq = [seq]
     if isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__"):
-        raise TypeError(message("indices", "an int or a sequence of non-negative ints", seq))
+        raise TypeError(message("indices", "an int or a sequence of non-negative ints", repr(seq)))
     idx = sorted({check_int("indices", v) for v in seq})
     return _Global(torch.tensor(idx, dtype=torch.long))
 
@@ -70,10 +70,10 @@ DRAW_CHUNK = 2 ** 20  # random numbers drawn at once by the dense draw: rows of 
 
 
 def _dense_draw(L: int, S: int, k: int, g: torch.Generator) -> Tensor:
-    """k distinct keys per row for 2 k > S: the top k of S uniform numbers, in chunks of rows.
+    """k distinct keys per row for 8 k > S: the top k of S uniform numbers, in chunks of rows.
 
-    The k largest of S i.i.d. uniforms are a uniform k-subset; E = L k > L S / 2,
-    so the L S numbers drawn are fewer than 2 E. float64 makes ties negligible.
+    The k largest of S i.i.d. uniforms are a uniform k-subset; E = L k > L S / 8,
+    so the L S numbers drawn are fewer than 8 E. float64 makes ties negligible.
     """
     rows = max(1, DRAW_CHUNK // S)
     parts = [torch.rand(min(rows, L - r), S, generator=g, dtype=torch.float64).topk(k, dim=1).indices
@@ -82,13 +82,13 @@ def _dense_draw(L: int, S: int, k: int, g: torch.Generator) -> Tensor:
 
 
 def _sparse_draw(L: int, S: int, k: int, g: torch.Generator) -> Tensor:
-    """k distinct keys per row for 2 k <= S, by rejection: O(L k log k), no (L, S) grid.
+    """k distinct keys per row for 8 k <= S, by rejection: O(L k log k), no (L, S) grid.
 
     Each try draws m = 2 k + 2 keys with replacement per row; a row with at
     least k distinct values keeps a uniform k-subset of them (random priorities),
     the others draw again. Both steps are symmetric in the key labels, so the
-    kept subset is uniform among all k-subsets. With k <= S / 2, m draws give
-    about S (1 - e^(-m/S)) >= 0.63 S >= k distinct keys: few rows ever retry.
+    kept subset is uniform among all k-subsets. With k <= S / 8, m draws give
+    about S (1 - e^(-m/S)) >= 1.77 k distinct keys: rows almost never retry.
     """
     keys, todo, m = torch.empty(L, k, dtype=torch.long), torch.arange(L), 2 * k + 2
     while todo.numel():
@@ -114,7 +114,7 @@ class _Random(_Sized):
             return torch.empty(L, 0, dtype=torch.long)  # (L, 0)
         if L * k > MAX_ELEMENTS:  # before drawing; edge_index says which L and S
             raise _TooLarge(L * k)
-        keys = _dense_draw(L, S, k, g) if 2 * k > S else _sparse_draw(L, S, k, g)  # (L, k)
+        keys = _dense_draw(L, S, k, g) if 8 * k > S else _sparse_draw(L, S, k, g)  # (L, k)
         return keys.sort(1).values  # (L, k)
 
     def _edges(self, L, S):
@@ -134,8 +134,8 @@ def random(k: int, seed: int = 0) -> Pattern:
     Rule: for each i, a uniform random subset of {0, ..., S - 1} of size min(k, S),
     drawn from ``torch.Generator().manual_seed(seed)``: the same for the same
     (L, S, seed), in training and evaluation alike; the global RNG is untouched.
-    L min(k, S) edges, drawn in O(E log k) time and memory: by rejection for
-    2 k <= S, as the top k of S uniform numbers per row otherwise. Bind before
+    L min(k, S) edges, drawn in O(E log S) time and O(E) memory: by rejection
+    for 8 k <= S, as the top k of S uniform numbers per row otherwise. Bind before
     using ``mask_mod``: ``random(k).bind(L, S).mask_mod``.
 
     Parameters
