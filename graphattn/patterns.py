@@ -758,3 +758,8 @@ def stats(pattern: Pattern, L: int, p: int = 2) -> dict:
         if all(i in hops[j] for i, j in need):
             out["diameter"] = max((hops[j][i] for i, j in need), default=0)
     return out
+
+
+def is_pattern(obj) -> bool:
+    """Whether ``obj`` is a :class:`Pattern` (the one check the package uses; a Tensor never is)."""
+    return isinstance(obj, Pattern)
