@@ -546,3 +546,22 @@ def test_load_model_runs_graph_attention(tmp_path):
     valid = batch["attention_mask"].bool()
     assert_close(out[valid], eager(**batch).last_hidden_state[valid])
     assert len(calls) == 2
+
+
+def test_sparsity_observe_sees_each_layers_output_and_weights():
+    graph = _gpt2("graphattn")
+    batch = _padded([7, 4], "right")
+    seen = []
+
+    def observe(layer, query, key, value, g, out, alpha):
+        dense = g.dense(alpha)  # (B, H, L, S)
+        expected = torch.einsum("bhls,bhsd->blhd", dense, value)  # (B, L, H, D): the weighted sum of values
+        seen.append((layer, tuple(out.shape), float((out - expected).abs().max())))
+
+    with torch.no_grad(), hf.sparsity(graph, ga.patterns.window(2, 0), observe=observe):
+        graph(**batch)
+    assert [(layer, shape) for layer, shape, _ in seen] == [(0, (2, 7, 4, 6)), (1, (2, 7, 4, 6))]
+    assert max(err for _, _, err in seen) < 1e-12
+    with pytest.raises(TypeError, match="'observe' to be a callable"):
+        with hf.sparsity(graph, ga.patterns.full(), observe=3):
+            pass

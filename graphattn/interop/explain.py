@@ -25,9 +25,26 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["add_arguments", "main", "explain", "find_token", "top_keys"]
+__all__ = ["DEFAULT_OUT", "add_arguments", "main", "explain", "find_token", "top_keys"]
 
 DEFAULT_OUT = "explain-out"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``graphattn explain`` options."""
+    parser.add_argument("text", metavar="TEXT", help="the input sentence (quote it)")
+    parser.add_argument("--token", required=True, metavar="WORD",
+                        help="the query token: a word of TEXT (case-insensitive; a word split into pieces "
+                             "is represented by its first piece)")
+    parser.add_argument("--occurrence", type=int, default=1, metavar="K",
+                        help="which occurrence of WORD, counting from 1 (default: 1)")
+    parser.add_argument("--layer", type=int, default=None, metavar="L",
+                        help="layer of the single heatmap, from 0 (default: the last)")
+    parser.add_argument("--head", type=int, default=None, metavar="H",
+                        help="head of the single heatmap, from 0 (default: the strongest head for WORD there)")
+    parser.add_argument("--top", type=int, default=3, metavar="K", help="keys listed per layer (default: 3)")
+    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                        help=f"directory for the PNG files (default: {DEFAULT_OUT})")
 
 
 def find_token(tokens: list[str], word: str, pieces: list[str], occurrence: int = 1) -> int:
@@ -146,24 +163,7 @@ def explain(text: str, token: str, *, occurrence: int = 1, layer: int | None = N
             "layer": layer, "head": head}
 
 
-# -- the command: options, figures, exit codes (to move to graphattn.cli.explain) -------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``graphattn explain`` options."""
-    parser.add_argument("text", metavar="TEXT", help="the input sentence (quote it)")
-    parser.add_argument("--token", required=True, metavar="WORD",
-                        help="the query token: a word of TEXT (case-insensitive; a word split into pieces "
-                             "is represented by its first piece)")
-    parser.add_argument("--occurrence", type=int, default=1, metavar="K",
-                        help="which occurrence of WORD, counting from 1 (default: 1)")
-    parser.add_argument("--layer", type=int, default=None, metavar="L",
-                        help="layer of the single heatmap, from 0 (default: the last)")
-    parser.add_argument("--head", type=int, default=None, metavar="H",
-                        help="head of the single heatmap, from 0 (default: the strongest head for WORD there)")
-    parser.add_argument("--top", type=int, default=3, metavar="K", help="keys listed per layer (default: 3)")
-    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
-                        help=f"directory for the PNG files (default: {DEFAULT_OUT})")
+# -- the command's figures and exit code (they move to graphattn.cli.explain with add_arguments) -----
 
 
 def _plot(weights, tokens: list[str], query: int, layer: int, head: int, out: Path) -> list[Path]:

@@ -167,7 +167,7 @@ def _constructed_class(err: BaseException, default) -> str:
 
 
 @contextlib.contextmanager
-def sparsity(model: nn.Module, spec):
+def sparsity(model: nn.Module, spec, observe=None):
     """Restrict every self-attention layer of ``model`` to a sparsity pattern, inside a ``with`` block.
 
     Parameters
@@ -185,11 +185,22 @@ def sparsity(model: nn.Module, spec):
         in the padded positions of ``query`` and ``key``; a per-head mask gives
         per-head edge sets (see the module docstring). The dense scores the
         model would use are ``query @ key.transpose(-1, -2) * D ** -0.5``.
+    observe : callable, optional
+        ``observe(layer, query, key, value, graph, out, alpha)``, called in
+        every layer after its attention, to measure what the sparsity changes
+        (:mod:`graphattn.prune` does): ``query (B, H, L, D)``, ``key (B, H, S, D)``
+        and ``value (B, H, S, D_v)`` as attended (key and value heads repeated
+        for grouped-query attention), ``graph`` the layer's
+        :class:`~graphattn.interop.masks.BatchGraph` of kept edges
+        (``graph.allowed``, shape (B, 1 or H, L, S), True = kept), ``out
+        (B, L, H, D_v)`` the layer's attention output (what the model
+        continues with) and ``alpha (E, H)`` the weights on ``graph.edge_index``.
+        Its return value is ignored; do not modify the tensors.
 
     The result is intersected with the model's own graph (padding, causality):
     the pattern can remove edges, never add them. A query left without edges
     outputs a zero row. Blocks nest: the innermost pattern applies, and
-    leaving it restores the outer one.
+    leaving it restores the outer one; every open block's ``observe`` is called.
 
     Raises
     ------
@@ -209,7 +220,9 @@ def sparsity(model: nn.Module, spec):
     modules = check_model(model)
     if not (is_pattern(spec) or callable(spec)):
         raise TypeError(f"Expected 'spec' to be a Pattern or a callable (got {type(spec).__name__})")
-    with hooks.active("sparsity", model, modules, spec):
+    if observe is not None and not callable(observe):
+        raise TypeError(f"Expected 'observe' to be a callable or None (got {type(observe).__name__})")
+    with hooks.active("sparsity", model, modules, (spec, observe)):
         yield model
 
 

@@ -7,7 +7,8 @@ by :func:`graphattn.interop.hf.register`):
 1) mask -> graph  the 4-D mask transformers builds becomes edges ``(j, i)``
    (:func:`graphattn.interop.masks.base_graph`; padding is absent nodes);
 2) sparsity       the innermost active :func:`~graphattn.interop.hf.sparsity`
-   block of the module, if any, intersects its pattern with that graph;
+   block of the module, if any, intersects its pattern with that graph (and
+   every active block's ``observe`` sees the layer's result after step 3);
 3) attend         ``ops.attention`` on nodes ``b * L + i`` (queries) and
    ``b * S + j`` (keys) of the flattened batch; one call per layer;
 4) record         every active :func:`~graphattn.interop.hf.recording` block
@@ -104,13 +105,15 @@ def active(kind: str, model: nn.Module, modules: list[nn.Module], value):
                     table.pop(m, None)
 
 
-def _state(module: nn.Module) -> tuple[int | None, object, list]:
-    """``(layer, innermost sparsity spec or None, open recording lists)`` of ``module``; counts the call."""
+def _state(module: nn.Module) -> tuple[int | None, object, list, list]:
+    """``(layer, innermost spec or None, observers, open recording lists)`` of ``module``; counts the call."""
     with _LOCK:
         sparsity, recorders = list(_SPARSITY.get(module, ())), list(_RECORDERS.get(module, ()))
         for entry in sparsity + recorders:
             entry.calls += 1
-        return _LAYERS.get(module), (sparsity[-1].value if sparsity else None), [e.value for e in recorders]
+        observers = [e.value[1] for e in sparsity if e.value[1] is not None]
+        spec = sparsity[-1].value[0] if sparsity else None
+        return _LAYERS.get(module), spec, observers, [e.value for e in recorders]
 
 
 def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
@@ -158,7 +161,7 @@ def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value
     is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
     graph = base_graph(attention_mask, num_b, num_q, num_k, bool(is_causal) and num_q > 1, query.device,
                        self_attention=not _is_cross(module))
-    layer, spec, recorders = _state(module)
+    layer, spec, observers, recorders = _state(module)
     if spec is not None:
         graph = sparse_graph(graph, spec, layer, query, key)
     q = query.transpose(1, 2).reshape(num_b * num_q, heads, dim)  # (B*L, H, D)
@@ -169,8 +172,11 @@ def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value
                                dropout=dropout, training=module.training)  # (B*L, H, D_v), (E, H)
     for calls in recorders:
         calls.append((layer, graph, alpha.detach()))
+    out = out.view(num_b, num_q, heads, -1)  # (B, L, H, D_v)
+    for observe in observers:
+        observe(layer, query, key, value, graph, out, alpha)
     weights = graph.dense(alpha) if _weights_requested(module, kwargs) else None  # (B, H, L, S)
-    return out.view(num_b, num_q, heads, -1), weights  # (B, L, H, D_v)
+    return out, weights
 
 
 def _weights_requested(module: nn.Module, kwargs: dict) -> bool:
