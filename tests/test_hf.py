@@ -248,17 +248,23 @@ def test_empty_query_rows_are_zero():
     assert torch.isfinite(out.last_hidden_state).all()
 
 
-def _bert(impl):
+def _bert_pair(seed=7, **overrides):
+    """A small random BERT twice, with the same weights: ``(graphattn, eager)``."""
     from transformers import BertConfig, BertModel
 
-    config = BertConfig(vocab_size=50, hidden_size=20, num_hidden_layers=2, num_attention_heads=5,
-                        intermediate_size=16, max_position_embeddings=32)
-    torch.manual_seed(7)
-    model = BertModel(config).double().eval()
-    if impl == "graphattn":
-        ga.interop.register()
-    model.set_attn_implementation(impl)
-    return model
+    sizes = dict(vocab_size=50, hidden_size=20, num_hidden_layers=2, num_attention_heads=5, intermediate_size=16,
+                 max_position_embeddings=32)
+    torch.manual_seed(seed)
+    eager = BertModel(BertConfig(**{**sizes, **overrides})).double().eval()
+    graph = copy.deepcopy(eager)
+    ga.interop.register()  # nothing is registered at import
+    eager.set_attn_implementation("eager")
+    graph.set_attn_implementation("graphattn")
+    return graph, eager
+
+
+def _bert(impl):
+    return _bert_pair()[0 if impl == "graphattn" else 1]
 
 
 def test_float_masks_with_bias_equal_eager():
@@ -319,16 +325,7 @@ def test_load_minilm_without_the_package_names_the_install_command(monkeypatch):
 
 
 def test_bert_decoder_with_cross_attention_equals_eager():
-    from transformers import BertConfig, BertModel
-
-    config = BertConfig(vocab_size=50, hidden_size=20, num_hidden_layers=2, num_attention_heads=5,
-                        intermediate_size=16, max_position_embeddings=32, is_decoder=True, add_cross_attention=True)
-    torch.manual_seed(11)
-    eager = BertModel(config).double().eval()
-    graph = copy.deepcopy(eager)
-    ga.interop.register()
-    eager.set_attn_implementation("eager")
-    graph.set_attn_implementation("graphattn")
+    graph, eager = _bert_pair(11, is_decoder=True, add_cross_attention=True)
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(1, 50, (2, 6), generator=gen)
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
@@ -475,17 +472,8 @@ def test_threads_share_the_mask_cache_safely():
 
 
 def test_records_in_train_mode_are_the_weights_after_dropout():
-    from transformers import BertConfig, BertModel
-
-    config = BertConfig(vocab_size=50, hidden_size=20, num_hidden_layers=2, num_attention_heads=5,
-                        intermediate_size=16, max_position_embeddings=32, attention_probs_dropout_prob=0.5,
-                        hidden_dropout_prob=0.0)  # only attention dropout: layer 0 sees the eval-mode inputs
-    torch.manual_seed(7)
-    eager = BertModel(config).double().eval()
-    graph = copy.deepcopy(eager)
-    ga.interop.register()
-    eager.set_attn_implementation("eager")
-    graph.set_attn_implementation("graphattn")
+    # only attention dropout: layer 0 sees the eval-mode inputs
+    graph, eager = _bert_pair(attention_probs_dropout_prob=0.5, hidden_dropout_prob=0.0)
     ids = torch.randint(1, 50, (1, 9), generator=torch.Generator().manual_seed(8))
     with torch.no_grad():
         reference = eager(input_ids=ids, output_attentions=True).attentions[0][0]  # (H, 9, 9), eval mode
