@@ -1,4 +1,9 @@
-"""``AttentionConv``: exact multi-head self-attention as a PyG ``MessagePassing`` layer."""
+"""``AttentionConv``: exact multi-head self-attention as a PyG ``MessagePassing`` layer.
+
+The layer knows nothing of Hugging Face: a layer carrying the weights of a
+transformers attention module comes from
+:func:`graphattn.interop.attention_conv_from_hf`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from graphattn import ops
+from graphattn.patterns import is_pattern
 
 __all__ = ["AttentionConv"]
 
@@ -195,7 +201,7 @@ class AttentionConv(MessagePassing):
         (edge_index, alpha) : (Tensor (2, E), Tensor (E, H)), only if requested.
         """
         query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
-        if not isinstance(edge_index, Tensor) and hasattr(edge_index, "kind"):  # a Pattern: alpha follows its edges
+        if is_pattern(edge_index):  # alpha follows the pattern's edges
             if self.impl == "message_passing" or return_attention_weights:
                 edge_index = edge_index.edge_index(query.size(0), key.size(0))  # (2, E)
         if self.impl == "message_passing":
@@ -285,26 +291,6 @@ class AttentionConv(MessagePassing):
             if bias:
                 conv.lin_out.bias.copy_(mha.out_proj.bias)
         return conv.train(mha.training)
-
-    @classmethod
-    def from_hf_attention(cls, module: nn.Module) -> "AttentionConv":
-        """Build a layer carrying a Hugging Face attention module's weights.
-
-        ``BertSelfAttention`` gives a layer without output projection (BERT's
-        projection lives in ``BertSelfOutput``); ``GPT2Attention`` one whose
-        ``lin_out`` is ``c_proj``. See
-        :func:`graphattn.interop.hf.attention_conv_from_hf`, which this calls.
-
-        Raises
-        ------
-        TypeError
-            For a module of another layout.
-        NotImplementedError
-            For a non-standard scaling or a cross-attention module.
-        """
-        from graphattn.interop.hf import attention_conv_from_hf
-
-        return attention_conv_from_hf(module)
 
     def to_multihead_attention(self, batch_first: bool = False) -> nn.MultiheadAttention:
         """An ``nn.MultiheadAttention`` with exactly this layer's weights.

@@ -1,16 +1,12 @@
-"""The command line and the README's promises about it."""
+"""The command line (the README's promises about it are checked in tests/test_repository.py)."""
 
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import graphattn
 from graphattn import cli
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_version_and_help(capsys):
@@ -28,22 +24,6 @@ def test_console_script_is_installed():
     result = subprocess.run([sys.executable, "-m", "graphattn.cli", "--help"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "prune" in result.stdout
-
-
-def test_readme_starts_with_the_two_setup_commands_and_ci_runs_the_second():
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
-    first_heading = readme.index("\n## ")
-    assert readme.index(blocks[1]) < first_heading  # both commands come before any section
-    assert blocks[0].endswith("graphattn prune")
-    assert blocks[1].endswith("python -m pytest")
-    ci = (ROOT / ".ci" / "run").read_text()
-    test_command = blocks[1].split("&&")[-1].strip()
-    assert ci.strip().splitlines()[-1] == test_command
-    for step in blocks[1].split("&&")[:-1]:
-        step = step.strip()
-        if step.startswith("pip install") or step.startswith("python3 -m venv"):
-            assert step in ci, step
 
 
 def test_user_errors_become_one_line(monkeypatch, capsys, tmp_path):
