@@ -1,44 +1,43 @@
-"""Dense vs sparse attention on a real model: what a pattern loses and what it saves.
+"""The experiment: a real model, dense and then sparse in every layer, through the bridge's sparsity hook.
 
-The experiment (:func:`run_experiment`) runs all-MiniLM-L6-v2 over real
-passages once with Hugging Face's own (eager) attention, the reference, and
-then once per pattern with every attention layer computed by
-:func:`graphattn.attention` on the kept edges. At each layer, for each
-passage, from that layer's queries, keys and values in the pattern's run:
+:func:`run_experiment` runs a transformers model (default: the packaged
+all-MiniLM-L6-v2) over real passages once with Hugging Face's own eager
+attention, the reference, and then once per pattern inside
+:func:`graphattn.interop.hf.sparsity`, so that every attention layer is
+:func:`graphattn.attention` on the kept edges only. In each layer, for the
+whole batch, from that layer's queries, keys and values in the pattern's run:
 
 1) dense scores ``s = q k^T / sqrt(D)`` and weights ``p = softmax(s)`` over
-   the passage's tokens (padding tokens are not nodes);
-2) kept edges per head: the pattern's mask (fixed patterns), or chosen from
-   ``p`` of this layer and head (``topk``, ``threshold``, and the oracle rows);
-3) sparse output ``y = ga.attention(q, k, v, kept edges)``, which the next
-   layer consumes; when heads keep different edges (``topk``, ``threshold``,
-   oracles) the heads become H disjoint graphs of one head each, so the cost
-   stays proportional to the kept edges;
-4) local metrics against dense attention *on the same inputs*:
-   attention mass retained, ``KL(sparse || dense)`` (see
-   :mod:`graphattn.prune.metrics`), and the relative error of the attention output
-   ``||y - p v||_F / ||p v||_F`` per layer (summed over passages, heads and
-   tokens before the ratio).
+   the layer's own graph, which the bridge passes in: padding tokens are not
+   nodes, and a causal model (GPT-2) keeps its DAG ``j <= i``;
+2) kept edges per head (the sparsity callable): the pattern's mask in each
+   sequence's positions (fixed patterns), or chosen from ``p`` of this layer
+   and head (``topk``, ``threshold``, the oracle rows), always inside the
+   model's graph;
+3) the bridge runs graph attention on the kept edges; its output is what the
+   next layer consumes (heads that keep different edges share one graph, the
+   union, with ``-inf`` on the edges a head lacks);
+4) local metrics against dense attention *on the same inputs* (the observer
+   the bridge calls after the layer): attention mass retained,
+   ``KL(sparse || dense)`` (:mod:`graphattn.prune.metrics`), and the relative
+   error of the attention output ``||y - p v||_F / ||p v||_F`` per layer
+   (summed over passages, heads and tokens before the ratio).
 
-End to end, the mean-pooled, normalised sentence embeddings are compared with
-the reference: cosine similarity (mean, min) and retrieval fidelity (Spearman
+End to end, the mean-pooled, normalised sentence embeddings
+(:func:`graphattn.interop.hf.sentence_embeddings`) are compared with the
+reference: cosine similarity (mean, min) and retrieval fidelity (Spearman
 correlation of the pairwise-similarity matrices, top-1 neighbour agreement).
 Because the local metrics use the run's own inputs they measure what each
 layer drops; the embedding metrics measure the compounded effect.
 
-Rows: the dense complete graph first (a self-check: graph attention on every
-edge must reproduce Hugging Face to float noise), then each spec, each fixed
-pattern followed by ``oracle(<pattern>)``: top-k from the dense weights with
-the pattern's own per-query budget (query i keeps as many keys as the
-pattern gives it, so both keep exactly the same number of edges).
-
-The hook is a transformers attention function of its own (registered as
-``"graphattn_prune"``, active only inside :func:`run_experiment`) rather than
-:func:`graphattn.interop.hf.sparsity`, because the local metrics need each
-layer's values and dense weights next to the sparse output; a test pins the
-two to each other on a fixed pattern. The Sparse Transformer's ``strided`` and
-``fixed`` patterns are causal, as in the paper: on this bidirectional encoder
-they also drop every key to the right of the query.
+Rows: the dense graph first (the complete graph, or the DAG of a causal
+model; a self-check: graph attention on every edge must reproduce Hugging
+Face to float noise), then each spec, each fixed pattern followed by
+``oracle(<pattern>)``: top-k from the dense weights with the pattern's own
+per-query budget (query i keeps as many keys as the pattern gives it, so
+both keep exactly the same number of edges). The Sparse Transformer's
+``strided`` and ``fixed`` patterns are causal, as in the paper: on a
+bidirectional encoder they also drop every key to the right of the query.
 
 Columns: ``density`` kept (edge, head) pairs / dense ones over all layers
 and passages, in [0, 1]; ``keys_per_query`` mean kept keys per query and head;
@@ -49,20 +48,20 @@ mean over layers of the per-layer relative output error (per layer in
 ``out_err_l<k>``); ``cos_mean``, ``cos_min``; ``spearman``, ``top1``;
 ``attn_gflop`` attention FLOPs, ``4 D`` per kept (edge, head), summed over
 layers and passages (:func:`graphattn.prune.metrics.attention_flops`);
-``attn_s`` seconds inside ``ga.attention``; ``wall_s`` the run's seconds,
-metrics included.
+``attn_s`` seconds in the bridge between the sparsity callable and the
+observer (building the kept graph, graph attention); ``wall_s`` the run's
+seconds, metrics included.
 """
 
 from __future__ import annotations
 
-import contextvars
+import contextlib
 import math
 import time
 
 import torch
 from torch import Tensor
 
-import graphattn as ga
 from graphattn.prune import metrics
 from graphattn.prune.specs import Spec, parse_spec
 from graphattn.prune.topk import budget_mask
@@ -70,60 +69,61 @@ from graphattn.validate import check_int
 
 __all__ = ["load_model", "run_experiment", "check_max_length"]
 
-_IMPL = "graphattn_prune"
-_RUN = contextvars.ContextVar("graphattn_prune_run", default=None)
+IMPLEMENTATION = "graphattn"  # what the sparse runs need; the reference runs "eager"
 
 
 class _Run:
-    """Accumulates one pattern's metrics, layer by layer; the hook calls :meth:`layer`."""
+    """One pattern's run: :meth:`select` is the bridge's sparsity callable, :meth:`observe` its observer."""
 
-    def __init__(self, select, num_layers: int):
-        self.select, self.lengths = select, None
+    def __init__(self, spec: Spec, num_layers: int):
+        self.spec, self.current, self.started = spec, None, 0.0
         z = lambda: [0.0] * num_layers  # noqa: E731
         self.mass, self.kl, self.queries, self.empty = z(), z(), z(), z()
         self.err2, self.ref2, self.kept, self.dense = z(), z(), z(), z()
         self.attn_s, self.flops = 0.0, 0
 
     @torch.no_grad()
-    def layer(self, idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
-        heads, n, dim = q.shape  # (H, n, D) for one passage of n tokens
-        # 1) dense scores and weights
-        scores = (q @ k.transpose(-1, -2)) * scale  # (H, n, D) · (H, D, n) -> (H, n, n)
-        weights = scores.softmax(-1)  # (H, n, n)
-        # 2) kept edges per head
-        keep = self.select(weights)  # (H, n, n) bool
-        # 3) sparse output
-        t0 = time.perf_counter()
-        if bool((keep == keep[:1]).all()):  # one edge set for all heads
-            edge_index = ga.graphs.mask_to_edge_index(keep[0])  # (2, E)
-            y, _ = ga.attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), edge_index,
-                                scale=scale, need_weights=False)  # (n, H, D)
-        else:  # per-head edge sets: H disjoint graphs of n nodes, node h * n + i, one head each
-            h, i, j = keep.nonzero(as_tuple=True)  # (E,) each, sorted by (h, i, j)
-            edge_index = torch.stack([h * n + j, h * n + i])  # (2, E)
-            y, _ = ga.attention(q.reshape(heads * n, 1, dim), k.reshape(heads * n, 1, dim),
-                                v.reshape(heads * n, 1, dim), edge_index, scale=scale,
-                                need_weights=False)  # (H n, 1, D)
-            y = y.view(heads, n, dim).transpose(0, 1)  # (n, H, D)
-        self.attn_s += time.perf_counter() - t0
+    def select(self, layer: int, query: Tensor, key: Tensor, mask: Tensor) -> Tensor:
+        """1) dense scores and weights on the model's graph ``mask (B, L, S)``; 2) the kept edges."""
+        valid = mask.unsqueeze(1)  # (B, 1, L, S)
+        scale = query.shape[-1] ** -0.5  # the bridge's default scaling, as BERT and GPT-2 use
+        scores = (query @ key.transpose(-1, -2)) * scale  # (B, H, L, D) · (B, H, D, S) -> (B, H, L, S)
+        scores = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)  # (B, H, L, S): exp() is exactly 0 there
+        weights = scores.softmax(-1)  # (B, H, L, S); rows of padding are dropped below
+        keep = self.spec.keep(weights, valid)  # (B, 1 or H, L, S), inside valid
+        self.current = (layer, scores, weights, valid)
+        self.started = time.perf_counter()
+        if keep.shape == valid.shape and torch.equal(keep, valid):
+            return None  # every edge kept: the bridge attends on the model's own (cached) graph
+        return keep
+
+    @torch.no_grad()
+    def observe(self, layer: int, query: Tensor, key: Tensor, value: Tensor, graph, out: Tensor, alpha: Tensor):
+        """4) local metrics of ``layer`` against dense attention on the same inputs."""
+        self.attn_s += time.perf_counter() - self.started
+        idx, scores, weights, valid = self.current
+        if idx != layer:
+            raise RuntimeError(f"Expected the observer of layer {idx} (got layer {layer})")
+        keep = graph.allowed.expand_as(weights)  # (B, H, L, S): what the bridge kept
+        rows = valid.any(-1)  # (B, 1, L): queries that exist
+        y = out.transpose(1, 2)  # (B, L, H, D) -> (B, H, L, D)
         if not bool(torch.isfinite(y).all()):
             raise FloatingPointError(f"Expected graph attention to return finite outputs (got NaN or inf in "
-                                     f"layer {idx}, {n} tokens, {int(keep.sum())} kept (edge, head) pairs)")
-        # 4) local metrics against dense attention on the same inputs
-        y_ref = (weights @ v).transpose(0, 1)  # (H, n, n) · (H, n, D) -> (H, n, D) -> (n, H, D)
-        kl = metrics.kl_sparse_dense(scores, keep)  # (H, n)
-        finite = torch.isfinite(kl)  # (H, n)
-        self.mass[idx] += float(metrics.attention_mass(weights, keep).sum())
-        self.kl[idx] += float(kl[finite].sum())
-        self.empty[idx] += float((~finite).sum())
-        self.queries[idx] += heads * n
-        self.err2[idx] += float(((y - y_ref).double() ** 2).sum())
-        self.ref2[idx] += float((y_ref.double() ** 2).sum())
+                                     f"layer {layer}, {int(keep.sum())} kept (edge, head) pairs)")
+        y_ref = weights @ value  # (B, H, L, S) · (B, H, S, D) -> (B, H, L, D)
+        kl = metrics.kl_sparse_dense(scores, keep)  # (B, H, L); scores are finfo.min off the graph: p is 0 there
+        finite = torch.isfinite(kl) & rows  # (B, H, L)
+        heads, dim = query.shape[1], query.shape[-1]
+        self.mass[layer] += float((metrics.attention_mass(weights, keep) * rows).sum())
+        self.kl[layer] += float(kl[finite].sum())
+        self.empty[layer] += float((rows & ~finite).sum())
+        self.queries[layer] += heads * int(rows.sum())
+        self.err2[layer] += float((((y - y_ref).double() ** 2).sum(-1) * rows).sum())
+        self.ref2[layer] += float(((y_ref.double() ** 2).sum(-1) * rows).sum())
         kept = int(keep.sum())
-        self.kept[idx] += kept
-        self.dense[idx] += heads * n * n
+        self.kept[layer] += kept
+        self.dense[layer] += heads * int(valid.sum())
         self.flops += metrics.attention_flops(kept, dim)
-        return y
 
     def summary(self) -> dict:
         nl, queries = len(self.mass), sum(self.queries)
@@ -141,36 +141,12 @@ class _Run:
         return out
 
 
-def _attention_hook(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers attention function: graph attention on the kept edges of each passage.
-
-    ``query``, ``key``, ``value``: (B, H, T, D), right-padded; returns (B, T, H, D)
-    with zeros at padding positions (as eager's layout), and no weights.
-    """
-    run = _RUN.get()
-    if run is None:
-        raise RuntimeError(f"attn_implementation={_IMPL!r} runs only inside graphattn.prune.run_experiment")
-    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    out = query.new_zeros(query.shape[0], query.shape[2], query.shape[1], query.shape[3])  # (B, T, H, D)
-    for b, n in enumerate(run.lengths):
-        out[b, :n] = run.layer(module.layer_idx, query[b, :, :n], key[b, :, :n], value[b, :, :n], scale)
-    return out, None
-
-
-def _register() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
-
-    if _IMPL not in ALL_MASK_ATTENTION_FUNCTIONS:
-        AttentionInterface.register(_IMPL, _attention_hook)
-        AttentionMaskInterface.register(_IMPL, sdpa_mask)  # unused: the hook reads the lengths
-
-
 def load_model():
-    """The packaged all-MiniLM-L6-v2 (model in eval mode, eager attention; tokenizer), offline.
+    """The packaged all-MiniLM-L6-v2 with graph attention (model in eval mode; tokenizer), offline.
 
-    Loaded through :func:`graphattn.interop.hf.load_minilm`; the experiment
-    switches the attention implementation per run.
+    Loaded through :func:`graphattn.interop.hf.load_minilm` with
+    ``attn_implementation="graphattn"``; the reference run switches it to
+    Hugging Face's eager attention and back.
 
     Raises
     ------
@@ -182,7 +158,7 @@ def load_model():
     except ImportError as err:
         raise ImportError(f"graphattn prune needs transformers ({err}); "
                           "install it with: pip install 'graphattn[prune]'") from err
-    return load_minilm(attn_implementation="eager")
+    return load_minilm(attn_implementation=IMPLEMENTATION)
 
 
 def check_max_length(model, max_length: int) -> int:
@@ -191,27 +167,20 @@ def check_max_length(model, max_length: int) -> int:
     return check_int("max_length", max_length, low=8, high=limit)
 
 
-def _embed(model, batches, run=None) -> Tensor:
-    """Mean-pooled, L2-normalised sentence embeddings (N, F), in passage order."""
+@contextlib.contextmanager
+def _attention(model, name: str):
+    """Run ``model`` with the attention implementation ``name`` inside the block (public
+    ``set_attn_implementation``), then restore the one it had."""
+    from graphattn.interop import hf
+
     before = model.config._attn_implementation
-    model.config._attn_implementation = "eager" if run is None else _IMPL  # read by every layer at call time
-    out = {}
-    token = _RUN.set(run)
+    if name == IMPLEMENTATION:
+        hf.register()
+    model.set_attn_implementation(name)
     try:
-        for idx, enc, bar in batches():
-            if run is not None:
-                run.lengths = enc["attention_mask"].sum(1).tolist()
-            with torch.no_grad():
-                hidden = model(**enc).last_hidden_state  # (B, T, F)
-            m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-            emb = (hidden * m).sum(1) / m.sum(1)  # (B, T, F) -> (B, F)
-            for i, e in zip(idx, torch.nn.functional.normalize(emb, dim=-1)):
-                out[i] = e
-            bar.update(1)
+        yield model
     finally:
-        _RUN.reset(token)
-        model.config._attn_implementation = before
-    return torch.stack([out[i] for i in range(len(out))])  # (N, F)
+        model.set_attn_implementation(before)
 
 
 def _rows(specs: list[Spec]) -> list[tuple[Spec, Spec | None]]:
@@ -224,7 +193,7 @@ def _rows(specs: list[Spec]) -> list[tuple[Spec, Spec | None]]:
         rows.append((s, None))
         if s.pattern is not None:
             oracle = Spec(f"oracle({s.text})", f"oracle({s.name})", "oracle top-k",
-                          _select=lambda w, s=s: budget_mask(w, s.pattern_mask(w.shape[-1]).sum(1)))
+                          _select=lambda w, valid, s=s: budget_mask(w, s.keep(w, valid).sum(-1)))
             rows.append((oracle, s))
     return rows
 
@@ -240,61 +209,78 @@ def run_experiment(specs, passages: list[str], *, model=None, tokenizer=None, ma
     passages : list of str
         At least 3 (retrieval needs pairs); each truncated to ``max_length`` tokens.
     model, tokenizer : optional
-        A BERT-family ``transformers`` encoder and its tokenizer (default :func:`load_model`).
-    max_length : int
-        Most tokens per passage, special tokens included.
-    batch_size : int
+        A ``transformers`` model whose attention runs through the
+        ``AttentionInterface`` (BERT, GPT-2, ...; default :func:`load_model`)
+        and its tokenizer. Whatever implementation it was loaded with, the
+        reference runs ``"eager"`` and the patterns ``"graphattn"``
+        (``model.set_attn_implementation``); it is restored afterwards.
+    max_length : int, default 128
+        Most tokens per passage, special tokens included; at most the model's position embeddings.
+    batch_size : int, default 16
         Passages per forward pass (sorted by length to limit padding).
-    oracle : bool
+    oracle : bool, default True
         Add ``oracle(<pattern>)`` after each fixed pattern.
-    progress : bool
-        Show a tqdm bar on stderr.
+    progress : bool, default True
+        Show a tqdm bar (one step per row) on stderr.
 
     Returns
     -------
     list of dict
         Keys ``pattern``, ``family``, ``spec``, ``budget_of`` and the columns of
-        the module docstring; the first row is the dense complete graph.
+        the module docstring; the first row is the dense graph.
 
     Raises
     ------
     ValueError
-        For a bad spec, fewer than 3 passages, or ``max_length`` < 8.
+        For a bad spec, fewer than 3 passages, ``max_length`` outside [8, the
+        model's position embeddings] or ``batch_size`` < 1.
     """
     from tqdm.auto import tqdm
+
+    from graphattn.interop import hf
 
     specs = [s if isinstance(s, Spec) else parse_spec(s) for s in specs]
     if len(passages) < 3:
         raise ValueError(f"Expected at least 3 passages (got {len(passages)})")
-    if max_length < 8:
-        raise ValueError(f"Expected 'max_length' to be at least 8 (got {max_length})")
+    check_int("max_length", max_length, low=8)
+    check_int("batch_size", batch_size, low=1)
     if model is None or tokenizer is None:
         model, tokenizer = load_model()
-    _register()
+    check_max_length(model, max_length)
     rows = [r for r in _rows(specs) if oracle or r[1] is None]
     order = sorted(range(len(passages)), key=lambda i: len(tokenizer(passages[i], verbose=False)["input_ids"]))
-    groups = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
-    encoded = [(g, tokenizer([passages[i] for i in g], padding=True, truncation=True, padding_side="right",
-                             max_length=max_length, return_tensors="pt")) for g in groups]  # hook: tokens 0..n-1
-    bar = tqdm(total=len(groups) * (len(rows) + 1), desc="reference", unit="batch", disable=not progress)
-    batches = lambda: ((g, enc, bar) for g, enc in encoded)  # noqa: E731
-    num_layers = model.config.num_hidden_layers
+    ordered = [passages[i] for i in order]
+    unsort = torch.tensor(order).argsort()  # (N,): back to the passages' order
 
-    reference = _embed(model, batches)  # (N, F)
+    def embed() -> Tensor:
+        emb = hf.sentence_embeddings(model, tokenizer, ordered, batch_size=batch_size, max_length=max_length)
+        return emb[unsort]  # (N, F)
+
+    bar = tqdm(total=len(rows) + 1, desc="reference", unit="row", disable=not progress)
+    with _attention(model, "eager"):
+        reference = embed()  # (N, F)
+    bar.update(1)
     results = []
-    for spec, budget_of in rows:
-        bar.set_description(spec.name)
-        run = _Run(spec.keep, num_layers)
-        t0 = time.perf_counter()
-        emb = _embed(model, batches, run)  # (N, F)
-        wall = time.perf_counter() - t0
-        cos = metrics.cosine_similarity(emb, reference)  # (N,)
-        spearman, top1 = metrics.retrieval_fidelity(reference, emb)
-        row = {"pattern": spec.name, "family": spec.family, "spec": spec.text,
-               "budget_of": budget_of.name if budget_of is not None else ""}
-        row.update(run.summary())
-        row.update(cos_mean=float(cos.mean()), cos_min=float(cos.min()), spearman=spearman, top1=top1,
-                   attn_gflop=run.flops / 1e9, attn_s=run.attn_s, wall_s=wall)
-        results.append(row)
+    with _attention(model, IMPLEMENTATION):
+        for spec, budget_of in rows:
+            bar.set_description(spec.name)
+            run = _Run(spec, model.config.num_hidden_layers)
+            t0 = time.perf_counter()
+            with hf.sparsity(model, run.select, observe=run.observe):
+                emb = embed()  # (N, F)
+            results.append(_row(spec, budget_of, run, emb, reference, time.perf_counter() - t0))
+            bar.update(1)
     bar.close()
     return results
+
+
+def _row(spec: Spec, budget_of: Spec | None, run: _Run, emb: Tensor, reference: Tensor, wall: float) -> dict:
+    """One result row: the run's local metrics, then the end-to-end ones of ``emb`` against ``reference``."""
+    cos = metrics.cosine_similarity(emb, reference)  # (N,)
+    spearman, top1 = metrics.retrieval_fidelity(reference, emb)
+    row = {"pattern": spec.name, "family": spec.family, "spec": spec.text,
+           "budget_of": budget_of.name if budget_of is not None else ""}
+    row.update(run.summary())
+    row.update(cos_mean=float(cos.mean()), cos_min=float(cos.min()), spearman=spearman, top1=top1,
+               attn_gflop=run.flops / 1e9, attn_s=run.attn_s, wall_s=wall)
+    return row

@@ -4,7 +4,7 @@ A spec names a pattern family and its parameters, ``family[:args]``, where
 ``args`` are comma-separated ``key=value`` pairs or positional values in the
 order listed below. ``a|b`` is the union of two specs and ``a&b`` their
 intersection (``&`` binds tighter). Each spec becomes a :class:`Spec` whose
-``keep(weights)`` gives the kept edges of one layer for every head: fixed
+``keep(weights, valid)`` gives the kept edges of one layer for every head: fixed
 patterns come from :mod:`graphattn.patterns`; ``topk`` and ``threshold`` are
 chosen from the dense weights of the layer and head they prune.
 """
@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 
 from graphattn import patterns
-from graphattn.prune.topk import topk_mask
+from graphattn.prune.topk import budget_mask
+from graphattn.validate import check_int
 
 __all__ = ["Spec", "parse_spec", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
 
@@ -69,7 +70,7 @@ class Spec:
     name: str
     family: str
     pattern: patterns.Pattern | None = None
-    _select: Callable[[Tensor], Tensor] | None = field(default=None, repr=False)
+    _select: Callable[[Tensor, Tensor], Tensor] | None = field(default=None, repr=False)  # (weights, valid)
     _masks: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -82,11 +83,40 @@ class Spec:
             self._masks[n] = self.pattern.mask(n)  # (n, n)
         return self._masks[n]
 
-    def keep(self, weights: Tensor) -> Tensor:
-        """Kept edges of one layer: dense weights (H, L, L) -> (H, L, L) bool, True = may attend."""
+    def keep(self, weights: Tensor, valid: Tensor | None = None) -> Tensor:
+        """Kept edges of one layer, for every head, inside the model's own graph.
+
+        Parameters
+        ----------
+        weights : Tensor, shape (..., L, L)
+            Dense weights of the layer (rows = queries, softmax over the valid keys).
+        valid : Tensor, shape (..., L, L), dtype bool, optional
+            The model's graph (padding, causality), broadcastable to
+            ``weights``; a sequence's tokens are those some query reads, and a
+            fixed pattern is laid over them in order (so left and right padding
+            agree). Default: every edge.
+
+        Returns
+        -------
+        Tensor, dtype bool
+            True = may attend, inside ``valid``: shape ``valid.shape`` for a
+            fixed pattern (one mask for all heads), ``weights.shape`` otherwise.
+        """
+        if valid is None:
+            valid = torch.ones(weights.shape[-2:], dtype=torch.bool, device=weights.device)  # (L, L)
         if self.pattern is not None:
-            return self.pattern_mask(weights.shape[-1]).expand(weights.shape)  # (H, L, L)
-        return self._select(weights)
+            return self._placed(valid)
+        return self._select(weights, valid) & valid
+
+    def _placed(self, valid: Tensor) -> Tensor:
+        """The fixed pattern on each sequence's own tokens, inside ``valid (..., L, L)``."""
+        present = valid.any(-2).reshape(-1, valid.shape[-1])  # (sequences, L): tokens that exist
+        out = torch.zeros(present.shape[0], valid.shape[-2], valid.shape[-1], dtype=torch.bool,
+                          device=valid.device)  # (sequences, L, L)
+        for sequence, tokens in zip(out, present):
+            where = tokens.nonzero().squeeze(1)  # (n,): positions of the n tokens
+            sequence[where.unsqueeze(1), where] = self.pattern_mask(where.numel()).to(valid.device)  # (n, n)
+        return out.view(valid.shape) & valid  # (..., L, L)
 
 
 def _value(family: str, key: str, text: str, kind):
@@ -156,13 +186,15 @@ def _atom(text: str) -> Spec:
         if family == "window":
             pat = _window(**kwargs)
         elif family == "topk":
-            k = patterns._int("k", kwargs["k"], 1)
-            return Spec(text, f"topk_{k}", "topk", None, lambda w: topk_mask(w, k))
+            k = check_int("k", kwargs["k"], low=1)
+            # min(k, valid keys) per query: padding rows keep 0, so no tie among their equal weights
+            return Spec(text, f"topk_{k}", "topk", None,
+                        lambda w, valid: budget_mask(w, valid.sum(-1).clamp(max=k)))
         elif family == "threshold":
             tau = kwargs["tau"]
             if not 0.0 <= tau <= 1.0:
                 raise ValueError(f"Expected 'tau' to be a weight in [0, 1] (got {tau})")
-            return Spec(text, f"threshold_{tau:g}", "threshold", None, lambda w: threshold_keep(w, tau))
+            return Spec(text, f"threshold_{tau:g}", "threshold", None, lambda w, valid: threshold_keep(w, tau))
         else:
             pat = build(**kwargs)
     except KeyError as err:
@@ -181,10 +213,10 @@ def _combine(text: str, op: str, parts: list[Spec]) -> Spec:
         return Spec(text, pat.name, family, pat)
     reduce = torch.logical_or if op == "|" else torch.logical_and
 
-    def select(weights: Tensor) -> Tensor:
-        keep = parts[0].keep(weights)  # (H, L, L)
+    def select(weights: Tensor, valid: Tensor) -> Tensor:
+        keep = parts[0].keep(weights, valid)  # (..., L, L)
         for p in parts[1:]:
-            keep = reduce(keep, p.keep(weights))  # (H, L, L)
+            keep = reduce(keep, p.keep(weights, valid))  # (..., L, L)
         return keep
 
     return Spec(text, op.join(p.name for p in parts), family, None, select)
