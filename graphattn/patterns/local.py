@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from graphattn.patterns.base import MAX_LENGTH, Pattern, _ragged
+from graphattn.patterns.base import MAX_ELEMENTS, MAX_LENGTH, Pattern, _ragged, _TooLarge
 from graphattn.validate import check_int, message
 
 __all__ = ["full", "causal", "window", "dilated", "longformer_window", "flash_window"]
@@ -22,6 +22,8 @@ class _Full(Pattern):
     kind = "full"
 
     def _edges(self, L, S):
+        if L * S > MAX_ELEMENTS:  # known exactly: refuse before the (L,) counts
+            raise _TooLarge(L * S)
         rows, off = _ragged(torch.full((L,), S))  # (E,), (E,)
         return torch.stack([off, rows])  # (2, L * S)
 
@@ -48,6 +50,9 @@ class _Causal(Pattern):
     kind = "causal"
 
     def _edges(self, L, S):
+        m = min(L, S)  # rows i < m read i + 1 keys, the other L - m rows all S
+        if m * (m + 1) // 2 + (L - m) * S > MAX_ELEMENTS:
+            raise _TooLarge(m * (m + 1) // 2 + (L - m) * S)
         rows, off = _ragged((torch.arange(L) + 1).clamp(max=S))  # (E,), (E,)
         return torch.stack([off, rows])  # (2, E)
 
