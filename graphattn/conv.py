@@ -7,8 +7,6 @@ transformers attention module comes from
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -230,12 +228,12 @@ class AttentionConv(MessagePassing):
 
     def edge_update(self, query_i: Tensor, key_j: Tensor, edge_bias: Tensor | None, index: Tensor,
                     size_i: int) -> Tensor:
-        # 2) score and 3) scale: one dot product per edge and head
-        score = (query_i * key_j).sum(dim=-1) / math.sqrt(query_i.size(-1))  # (E, H, D) · (E, H, D) -> (E, H)
+        # 2) score and 3) scale: one dot product per edge and head, the scale of the fast path
+        score = ops.edge_scores(query_i, key_j)  # (E, H, D) · (E, H, D) -> (E, H), float32 for half types
         if edge_bias is not None:
             score = score + edge_bias  # (E, H)
-        # 5) softmax over the incoming edges of each query i
-        alpha = ops.segment_softmax(score, index, size_i)  # (E, H)
+        # 5) softmax over the incoming edges of each query i, the one of the fast path
+        alpha = ops.segment_softmax(score, index, size_i).to(query_i.dtype)  # (E, H)
         return F.dropout(alpha, p=self.dropout, training=self.training)
 
     def message(self, value_j: Tensor, alpha: Tensor) -> Tensor:

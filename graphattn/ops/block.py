@@ -73,7 +73,9 @@ class BlockAttention(torch.autograd.Function):
                     prob = torch.softmax(s_c.view(r1 - r0, ntb), -1)  # (c*B, nt*B), fused; 0 off the edges
                 else:  # private op for its out=: the probabilities land in the saved buffer (checked on 2.13)
                     prob = torch._softmax(s_c.view(r1 - r0, ntb), -1, False, out=probs[h, r0:r1])
-                if tiles.has_empty:  # a row without edges is all -inf: NaN -> exact 0
+                if bias is not None:  # a row without edges, or whose bias is all -inf: NaN -> exact 0
+                    prob.masked_fill_(torch.isneginf(s_c.view(r1 - r0, ntb).amax(-1, keepdim=True)), 0.0)
+                elif tiles.has_empty:  # a row without edges is all -inf: NaN -> exact 0
                     prob.masked_fill_(tiles.empty_rows[r0:r1].unsqueeze(-1), 0.0)
                 if keeps is not None:
                     prob = apply_keep(prob, keeps[h, r0:r1].bernoulli_(1.0 - p), p)  # (c*B, nt*B)

@@ -9,7 +9,7 @@ from graphattn.ops.block import BlockAttention
 from graphattn.ops.csr import CSRAttention
 from graphattn.ops.guard import causal_guards, graph_guards, guarded
 from graphattn.ops.sdpa import run_sdpa
-from graphattn.ops.shared import resolve_scale
+from graphattn.ops.shared import compute_dtype, resolve_scale
 from graphattn.ops.structure import _Graph, is_pattern, prepare
 from graphattn.validate import check_bool, check_choice, check_float, check_probability, check_tensor, message
 
@@ -77,12 +77,12 @@ def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_b
 
     1. ``"sdpa"`` when there is no ``edge_bias`` and the edges are exactly the
        complete graph or exactly the causal DAG (top-left aligned).
-    2. ``"block"`` when the edges have no duplicates, fill at least
-       ``MIN_FILL`` of the padded ``BLOCK x BLOCK`` tiles, and ``edge_bias``
-       has no ``-inf`` (a query whose edges are all removed would be 0 / 0).
+    2. ``"block"`` when the edges have no duplicates and fill at least
+       ``MIN_FILL`` of the padded ``BLOCK x BLOCK`` tiles.
     3. ``"csr"`` otherwise (exact for every input).
 
-    A forced ``impl`` skips the cost rule of "block" but not its exactness rules.
+    A forced ``impl`` skips the cost rule of "block"; a forced kernel that
+    cannot run the graph raises, it never runs another one.
     Non-finite features do not change the choice: "sdpa" and "block" then run
     on finite copies and the queries that read a non-finite node are redone
     exactly on "csr" (see :func:`attention`, Notes).
@@ -106,7 +106,7 @@ def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_b
                                               "max(4 E, 2^20) tiles, for impl='block'", "other edges",
                                               "use impl='csr'"))
         return "csr"
-    return "csr" if edge_bias is not None and bool(torch.isneginf(edge_bias).any()) else "block"
+    return "block"
 
 
 def attention(
@@ -119,7 +119,7 @@ def attention(
     edge_bias: Tensor | None = None,
     dropout: float = 0.0,
     training: bool = True,
-    need_weights: bool = True,
+    need_weights: bool = False,
     impl: str = "auto",
 ) -> tuple[Tensor, Tensor | None]:
     """Multi-head attention restricted to the edges of a graph (no parameters).
@@ -153,10 +153,11 @@ def attention(
         Dropout probability on the attention weights, in [0, 1).
     training : bool, default True
         Apply dropout only when True (pass ``module.training``).
-    need_weights : bool, default True
-        Return ``alpha``. False lets the complete and causal graphs run SDPA's
-        fused kernel, which never forms the weights; the other kernels form
-        them anyway.
+    need_weights : bool, default False
+        Also return ``alpha``. Ask only when you use it: without weights the
+        complete and causal graphs run SDPA's fused kernel, which never forms
+        the ``(H, L, S)`` weights, and "block" skips gathering them; with
+        weights "sdpa" runs SDPA's math (``softmax(q k^T * scale) v``).
     impl : {"auto", "sdpa", "block", "csr"}, default "auto"
         Kernel; ``"auto"`` picks the fastest exact one (:func:`choose_impl`).
 
@@ -205,8 +206,22 @@ def attention(
     (0 * NaN), as with SDPA's additive float masks; to remove an edge, leave it
     out of ``edge_index``. The "block" and "csr" kernels are differentiable
     once (no double backward, e.g. gradient penalties: use
-    ``AttentionConv(impl="message_passing")``). float16/bfloat16 run in
-    float32 on "csr" (PyTorch's CPU sparse kernels lack half types).
+    ``AttentionConv(impl="message_passing")``).
+
+    float16/bfloat16: scores, softmax and weighted sums accumulate in
+    float32, as SDPA's own kernels do, so a scaled score above 65504 stays
+    finite; the output and the weights are rounded to the input dtype once.
+    "block", "csr" and "sdpa" with weights do this by converting the inputs
+    to float32 for the call (a documented fallback: PyTorch's matmuls return
+    half results, and its CPU sparse kernels lack half types); "sdpa" without
+    weights is SDPA's fused kernel in the input dtype, whose own backward is
+    coarser (several ulps of the largest gradient). Outputs of every kernel,
+    with or without weights, agree to the dtype's rounding. A finite
+    ``edge_bias`` is added in float32: ``finfo(float16).min`` is a large
+    negative number (a row whose every edge carries it keeps its weights,
+    the softmax being shift-invariant), ``finfo(bfloat16).min`` (-3.4e38)
+    swamps any score (such a row gets uniform weights), both as in SDPA;
+    only ``-inf`` gives an edge the weight 0.
     The structure cache notices in-place edits of ``edge_index`` through its
     version counter; edits that bypass it (``.data``, a shared NumPy array)
     are not seen: pass a new tensor. Patterns are treated as immutable.
@@ -217,7 +232,7 @@ def attention(
     >>> import torch
     >>> q = k = v = torch.eye(2).reshape(2, 1, 2)          # L = S = 2, H = 1, D = 2
     >>> edge_index = torch.tensor([[0, 0, 1], [0, 1, 1]])  # 0 -> 0, 0 -> 1, 1 -> 1
-    >>> out, alpha = attention(q, k, v, edge_index)
+    >>> out, alpha = attention(q, k, v, edge_index, need_weights=True)
     >>> alpha.squeeze(-1)
     tensor([1.0000, 0.3302, 0.6698])
     """
@@ -231,31 +246,40 @@ def attention(
     L, H, D = query.shape
     S = key.size(0)
     scale = resolve_scale(scale, D)
-    if not isinstance(edge_index, Tensor) and is_pattern(edge_index):
-        kind = edge_index.kind
-        if edge_bias is None and impl in ("auto", "sdpa") and L > 0 and S > 0 and kind in ("full", "causal"):
-            out, alpha = run_sdpa(query, key, value, kind, scale, p, need_weights,
-                                  causal_guards(L, S, query.device) if kind == "causal" else None)
-            return out, None if alpha is None else alpha.t()
-    graph = prepare(edge_index, L, S, device=query.device)
-    edge_bias = check_edge_bias(edge_bias, graph.E, H, dtype=query.dtype)
-    chosen = choose_impl(graph, query, key, value, edge_bias, impl)
+    graph, chosen, bias = _plan(query, key, value, edge_index, edge_bias, impl)
+    dtype = query.dtype
+    upcast = compute_dtype(dtype) != dtype and (chosen != "sdpa" or need_weights)  # SDPA's fused: native
+    if upcast:  # half types: scores, softmax and sums in float32 (Notes); rounded once at the end
+        query, key, value, bias = (None if t is None else t.float() for t in (query, key, value, bias))
     if chosen == "sdpa":
-        kind = graph.edge_set()
-        out, alpha = run_sdpa(query, key, value, kind, scale, p, need_weights,
-                              graph_guards(graph) if kind == "causal" else None)
-        return out, None if alpha is None else graph.unsort(alpha.t())
-    bias = None if edge_bias is None else graph.sort(edge_bias)  # (E, H) or (E, 1)
-    if chosen == "block":
+        kind = edge_index.kind if graph is None else graph.edge_set()
+        guards = None if kind == "full" else causal_guards(L, S, query.device) if graph is None else graph_guards(graph)
+        out, alpha = run_sdpa(query, key, value, kind, scale, p, need_weights, guards)  # (L, H, D_v), (H, E)
+    elif chosen == "block":
         tiles = graph.tiles(min_fill=0.0) if impl == "block" else graph.tiles()
 
         def kernel(q, k, v, b):
             return BlockAttention.apply(q, k, v, b, graph, tiles, scale, p, need_weights)
 
         out, alpha = guarded(kernel, query, key, value, *graph_guards(graph), bias, scale, p)
-    elif query.dtype in (torch.float16, torch.bfloat16):  # CPU sparse kernels lack half types: float32 inside
-        f32 = [None if t is None else t.float() for t in (query, key, value, bias)]
-        out, alpha = (t.to(query.dtype) for t in CSRAttention.apply(*f32, graph, scale, p))
     else:
         out, alpha = CSRAttention.apply(query, key, value, bias, graph, scale, p)
-    return out, graph.unsort(alpha.t()) if need_weights else None  # (L, H, D_v), (E, H)
+    if upcast:
+        out, alpha = out.to(dtype), alpha if alpha is None else alpha.to(dtype)
+    if not need_weights:
+        return out, None
+    alpha = alpha.t()  # (E, H) sorted
+    return out, alpha if graph is None else graph.unsort(alpha)  # (L, H, D_v), (E, H) in the caller's order
+
+
+def _plan(query, key, value, edge_index, edge_bias, impl):
+    """``(graph or None, kernel, bias (E, H or 1) sorted or None)``; no graph for a full/causal pattern on "sdpa"."""
+    L, H, _ = query.shape
+    S = key.size(0)
+    if not isinstance(edge_index, Tensor) and is_pattern(edge_index):
+        if edge_bias is None and impl in ("auto", "sdpa") and L > 0 and S > 0 and edge_index.kind in ("full", "causal"):
+            return None, "sdpa", None  # the edges are never built
+    graph = prepare(edge_index, L, S, device=query.device)
+    edge_bias = check_edge_bias(edge_bias, graph.E, H, dtype=query.dtype)
+    chosen = choose_impl(graph, query, key, value, edge_bias, impl)
+    return graph, chosen, None if edge_bias is None else graph.sort(edge_bias)  # (E, H) or (E, 1)

@@ -27,17 +27,17 @@ def _sdpa(query, key, value, kind: str, scale: float, p: float, need_weights: bo
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=causal, scale=scale)  # (1, H, L, D_v)
         return out[0].transpose(0, 1), None  # (L, H, D_v), a view: no copy of the output
     scores = (q * scale) @ k.mT  # (1, H, L, D) @ (1, H, D, S) -> (1, H, L, S)
-    mask = None
-    if causal:
-        mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()  # (L, S), top-left aligned
-        scores = scores.masked_fill(~mask, float("-inf"))
+    if causal:  # top-left aligned: j <= i
+        scores = scores.masked_fill(torch.ones(L, S, dtype=torch.bool, device=query.device).triu(1), float("-inf"))
     weights = torch.softmax(scores, dim=-1)[0]  # (H, L, S)
     if p > 0.0:
         weights = apply_keep(weights, draw_keep(weights, p), p)  # (H, L, S)
     out = weights @ v[0]  # (H, L, S) @ (H, S, D_v) -> (H, L, D_v)
     alpha = weights.permute(1, 2, 0)  # (L, S, H)
-    alpha = alpha.reshape(L * S, -1) if mask is None else alpha[mask]  # (E, H), row-major = sorted
-    return out.transpose(0, 1).contiguous(), alpha
+    if not causal:
+        return out.transpose(0, 1).contiguous(), alpha.reshape(L * S, -1)  # (E, H), row-major = sorted
+    i, j = torch.tril_indices(L, S, device=query.device)  # (E,) each, row-major = sorted; no host sync
+    return out.transpose(0, 1).contiguous(), alpha[i, j]  # (E, H)
 
 
 def run_sdpa(query, key, value, kind, scale, p, need_weights, guards):
