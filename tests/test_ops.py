@@ -137,7 +137,7 @@ def test_block_layouts(name, band):
 @pytest.mark.parametrize("kernel", ["csr", "block"])
 def test_block_chunks_and_padding(kernel, monkeypatch):
     """Several chunks of query blocks, padded rows and a dummy key block (L, S not multiples of 64)."""
-    monkeypatch.setattr(ops, "TILE_FLOATS", 1)
+    monkeypatch.setattr(ops.structure, "TILE_FLOATS", 1)
     L, S = 200, 190
     edge_index = patterns.window(40, 3).edge_index(L, S)
     inputs = _qkv(L, S)
@@ -483,9 +483,9 @@ def test_half_types_on_a_random_graph(dtype):
 @pytest.mark.parametrize(
     "kwargs,exc,match",
     [
-        (dict(scale=float("nan")), ValueError, "'scale' to be a finite number"),
-        (dict(dropout="0.1"), ValueError, "'dropout' to be a number"),
-        (dict(edge_bias=torch.zeros(13, dtype=torch.float64)), TypeError, "'edge_bias' to have the features' dtype"),
+        (dict(scale=float("nan")), ValueError, "'scale' to be a finite float"),
+        (dict(dropout="0.1"), TypeError, "'dropout' to be a finite float"),
+        (dict(edge_bias=torch.zeros(13, dtype=torch.float64)), TypeError, "'edge_bias' to be of the features' dtype"),
     ],
     ids=["scale_nan", "dropout_str", "bias_dtype"],
 )

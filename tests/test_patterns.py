@@ -341,11 +341,11 @@ def test_unbound_size_dependent_mask_mod_raises():
 
 # ---------------------------------------------------------------- bad parameters
 @pytest.mark.parametrize("call, error, message", [
-    (lambda: P.strided(0), ValueError, "Expected 'stride' to be a positive int (got 0)"),
+    (lambda: P.strided(0), ValueError, "Expected 'stride' to be a positive int <= 2**62 (got 0)"),
     (lambda: P.strided(2.5), TypeError, "Expected 'stride' to be a positive int (got 2.5)"),
-    (lambda: P.window(-1, 2), ValueError, "Expected 'left' to be a non-negative int (got -1)"),
+    (lambda: P.window(-1, 2), ValueError, "Expected 'left' to be a non-negative int <= 2**62 (got -1)"),
     (lambda: P.window(1, True), TypeError, "'right'"),
-    (lambda: P.window(1, 1, 0), ValueError, "'dilation' to be a positive int (got 0)"),
+    (lambda: P.window(1, 1, 0), ValueError, "'dilation' to be a positive int <= 2**62 (got 0)"),
     (lambda: P.fixed(4, 5), ValueError, "Expected 'summary' to be an int in [0, 4] (got 5)"),
     (lambda: P.fixed(0, 0), ValueError, "'block'"),
     (lambda: P.longformer_window(3), ValueError, "even"),
@@ -356,7 +356,7 @@ def test_unbound_size_dependent_mask_mod_raises():
     (lambda: P.global_tokens([-1]), ValueError, "'indices'"),
     (lambda: P.topk(torch.randn(3, 3), -1), ValueError, "'k'"),
     (lambda: P.threshold(torch.randn(3, 3), "0.5"), TypeError, "'tau'"),
-    (lambda: P.full().edge_index(-1), ValueError, "Expected 'L' to be a non-negative int (got -1)"),
+    (lambda: P.full().edge_index(-1), ValueError, "Expected 'L' to be an int in [0, 2147483647] (got -1)"),
     (lambda: P.causal().mask(3, 2.0), TypeError, "'S'"),
     (lambda: P.stats(P.full(), 4, p=0), ValueError, "'p'"),
 ], ids=lambda x: x if isinstance(x, str) else "")

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from graphattn import patterns
-from graphattn.specs import budget_keep, parse_spec, threshold_keep, topk_keep
+from graphattn.prune.specs import parse_spec, threshold_keep
+from graphattn.prune.topk import budget_mask, topk_mask
 
 
 @pytest.mark.parametrize(
@@ -47,21 +48,21 @@ def test_data_dependent_specs_match_patterns_per_head():
         assert torch.equal(keep[h], patterns.topk(weights[h], 4).mask())
         assert torch.equal(parse_spec("threshold:0.12").keep(weights)[h], patterns.threshold(weights[h], 0.12).mask())
     union = parse_spec("topk:2|window:1").keep(weights)
-    assert torch.equal(union, topk_keep(weights, 2) | patterns.window(1, 1).mask(9))
+    assert torch.equal(union, topk_mask(weights, 2) | patterns.window(1, 1).mask(9))
     assert torch.equal(threshold_keep(weights, 2.0), torch.zeros_like(keep))
 
 
-def test_budget_keep_copies_the_per_query_budget():
+def test_budget_mask_copies_the_per_query_budget():
     weights = torch.rand(2, 6, 6)
     counts = torch.tensor([1, 2, 3, 0, 6, 2])
-    keep = budget_keep(weights, counts)
+    keep = budget_mask(weights, counts)
     assert torch.equal(keep.sum(-1), counts.expand(2, 6))
     for h in range(2):
         for i in range(6):  # every kept key outweighs every dropped key
             kept, dropped = weights[h, i][keep[h, i]], weights[h, i][~keep[h, i]]
             if kept.numel() and dropped.numel():
                 assert kept.min() > dropped.max()
-    assert torch.equal(budget_keep(weights, torch.full((6,), 3)), topk_keep(weights, 3))
+    assert torch.equal(budget_mask(weights, torch.full((6,), 3)), topk_mask(weights, 3))
 
 
 @pytest.mark.parametrize(
@@ -94,7 +95,7 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     import matplotlib.image
     import pandas as pd
 
-    from graphattn import cli, corpus, prune
+    from graphattn import cli, prune
 
     out = tmp_path / "out"
     code = cli.main(["prune", "--limit", "4", "--max-length", "24", "--patterns", "window:2", "topk:4",
@@ -116,7 +117,7 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     from graphattn.interop import hf
 
     eager, tok = hf.load_minilm("eager")
-    passages = corpus.pydoc_passages(tok, 24, 4)
+    passages = prune.corpus.pydoc_passages(tok, 24, 4)
     reference = hf.sentence_embeddings(eager, tok, passages, max_length=24)
     model, _ = hf.load_minilm()
     with hf.sparsity(model, patterns.window(2, 2)):
@@ -143,15 +144,18 @@ def test_prune_command_bad_input_exits_2_with_a_clear_message(tmp_path, capsys):
 
     assert cli.main(["prune", "--patterns", "window:8", "windw:8"]) == 2
     err = capsys.readouterr().err
-    assert "unknown family 'windw'" in err and "topk:16" in err
+    assert "unknown family 'windw'" in err and "topk, threshold" in err and err.count("\n") == 1
     assert cli.main(["prune", "--text", str(tmp_path / "nothing.txt")]) == 2
     assert "nothing.txt" in capsys.readouterr().err
     assert cli.main(["prune", "--limit", "2"]) == 2
     assert "'--limit'" in capsys.readouterr().err
+    (tmp_path / "two.txt").write_text("one passage\n\ntwo passages\n")
+    assert cli.main(["prune", "--text", str(tmp_path / "two.txt")]) == 2
+    assert "at least 3 passages (got 2 from" in capsys.readouterr().err
 
 
-def test_budget_keep_breaks_ties_towards_the_lower_key():
+def test_budget_mask_breaks_ties_towards_the_lower_key():
     weights = torch.tensor([[[0.3, 0.3, 0.3, 0.1], [0.1, 0.2, 0.2, 0.5]]])  # (1, 2, 4)
-    keep = budget_keep(weights, torch.tensor([2, 2]))
+    keep = budget_mask(weights, torch.tensor([2, 2]))
     assert keep.int().tolist() == [[[1, 1, 0, 0], [0, 1, 0, 1]]]
-    assert topk_keep(weights, 1).int().tolist() == [[[1, 0, 0, 0], [0, 0, 0, 1]]]
+    assert topk_mask(weights, 1).int().tolist() == [[[1, 0, 0, 0], [0, 0, 0, 1]]]

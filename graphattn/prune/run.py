@@ -16,7 +16,7 @@ passage, from that layer's queries, keys and values in the pattern's run:
    stays proportional to the kept edges;
 4) local metrics against dense attention *on the same inputs*:
    attention mass retained, ``KL(sparse || dense)`` (see
-   :mod:`graphattn.metrics`), and the relative error of the attention output
+   :mod:`graphattn.prune.metrics`), and the relative error of the attention output
    ``||y - p v||_F / ||p v||_F`` per layer (summed over passages, heads and
    tokens before the ratio).
 
@@ -48,7 +48,7 @@ key, ``empty`` the fraction that keep none (output exactly 0); ``out_err``
 mean over layers of the per-layer relative output error (per layer in
 ``out_err_l<k>``); ``cos_mean``, ``cos_min``; ``spearman``, ``top1``;
 ``attn_gflop`` attention FLOPs, ``4 D`` per kept (edge, head), summed over
-layers and passages (:func:`graphattn.metrics.attention_flops`);
+layers and passages (:func:`graphattn.prune.metrics.attention_flops`);
 ``attn_s`` seconds inside ``ga.attention``; ``wall_s`` the run's seconds,
 metrics included.
 """
@@ -63,16 +63,13 @@ import torch
 from torch import Tensor
 
 import graphattn as ga
-from graphattn import corpus, metrics
-from graphattn.specs import SPEC_HELP, Spec, budget_keep, parse_spec
+from graphattn.prune import metrics
+from graphattn.prune.specs import Spec, parse_spec
+from graphattn.prune.topk import budget_mask
+from graphattn.validate import check_int
 
-__all__ = ["DEFAULT_PATTERNS", "DEFAULT_LIMIT", "SELF_CHECK_TOL", "load_model", "run_experiment",
-           "self_check", "format_table", "plot_fidelity", "write_outputs", "add_arguments", "main"]
+__all__ = ["load_model", "run_experiment", "check_max_length"]
 
-DEFAULT_PATTERNS = ["window:2", "window:8", "window:32", "longformer:window=16,global=0",
-                    "bigbird:block=8,random=1", "random:16", "strided:16", "topk:4", "topk:16", "threshold:0.02"]
-DEFAULT_LIMIT = 48
-SELF_CHECK_TOL = 1e-5  # the dense row's fidelity must be 1 within this (float32 noise is ~1e-7)
 _IMPL = "graphattn_prune"
 _RUN = contextvars.ContextVar("graphattn_prune_run", default=None)
 
@@ -188,6 +185,12 @@ def load_model():
     return load_minilm(attn_implementation="eager")
 
 
+def check_max_length(model, max_length: int) -> int:
+    """``max_length`` if it is in [8, the model's position embeddings], else ValueError (before any tokenizing)."""
+    limit = int(getattr(model.config, "max_position_embeddings", 512))
+    return check_int("max_length", max_length, low=8, high=limit)
+
+
 def _embed(model, batches, run=None) -> Tensor:
     """Mean-pooled, L2-normalised sentence embeddings (N, F), in passage order."""
     before = model.config._attn_implementation
@@ -221,7 +224,7 @@ def _rows(specs: list[Spec]) -> list[tuple[Spec, Spec | None]]:
         rows.append((s, None))
         if s.pattern is not None:
             oracle = Spec(f"oracle({s.text})", f"oracle({s.name})", "oracle top-k",
-                          _select=lambda w, s=s: budget_keep(w, s.pattern_mask(w.shape[-1]).sum(1)))
+                          _select=lambda w, s=s: budget_mask(w, s.pattern_mask(w.shape[-1]).sum(1)))
             rows.append((oracle, s))
     return rows
 
@@ -233,7 +236,7 @@ def run_experiment(specs, passages: list[str], *, model=None, tokenizer=None, ma
     Parameters
     ----------
     specs : list of str or Spec
-        Pattern specs (:func:`graphattn.specs.parse_spec`); the dense row is added first.
+        Pattern specs (:func:`graphattn.prune.parse_spec`); the dense row is added first.
     passages : list of str
         At least 3 (retrieval needs pairs); each truncated to ``max_length`` tokens.
     model, tokenizer : optional
@@ -295,172 +298,3 @@ def run_experiment(specs, passages: list[str], *, model=None, tokenizer=None, ma
         results.append(row)
     bar.close()
     return results
-
-
-def self_check(dense: dict, tol: float = SELF_CHECK_TOL) -> tuple[bool, str]:
-    """Whether the dense row reproduces the reference: fidelity 1 within ``tol``.
-
-    Checks density, mass, cos_mean, cos_min, spearman and top1 against 1 and
-    kl, out_err against 0. Returns ``(passed, one-line message)``.
-    """
-    ones = {k: dense[k] for k in ("density", "mass", "cos_mean", "cos_min", "spearman", "top1")}
-    zeros = {k: dense[k] for k in ("kl", "out_err", "empty")}
-    worst = max([abs(1.0 - v) for v in ones.values()] + [abs(v) for v in zeros.values()])
-    ok = worst <= tol and all(math.isfinite(v) for v in (*ones.values(), *zeros.values()))
-    msg = (f"self-check: dense complete graph through graph attention vs Hugging Face eager: "
-           f"cos min {dense['cos_min']:.8f}, spearman {dense['spearman']:.8f}, top1 {dense['top1']:.3f}, "
-           f"mass {dense['mass']:.8f}, KL {dense['kl']:.1e}, out err {dense['out_err']:.1e}; "
-           f"worst |deviation| {worst:.1e} (tolerance {tol:.0e}): {'PASS' if ok else 'FAIL'}")
-    return ok, msg
-
-
-TABLE_COLUMNS = ["pattern", "density", "keys_per_query", "mass", "kl", "empty", "out_err", "cos_mean",
-                 "cos_min", "spearman", "top1", "attn_gflop", "attn_s", "wall_s"]
-
-
-def format_table(results: list[dict]) -> str:
-    """The results table as text (pandas ``to_string``), one line per row."""
-    import pandas as pd
-
-    frame = pd.DataFrame(results)[TABLE_COLUMNS]
-    fmt = {c: "{:.4f}".format for c in TABLE_COLUMNS[1:]}
-    fmt.update(keys_per_query="{:.1f}".format, kl="{:.3g}".format, empty="{:.3f}".format,
-               out_err="{:.3g}".format, attn_gflop="{:.3f}".format, attn_s="{:.2f}".format,
-               wall_s="{:.1f}".format, top1="{:.3f}".format)
-    return frame.to_string(index=False, formatters=fmt)
-
-
-def plot_fidelity(results: list[dict], y: str = "cos_mean", ax=None):
-    """Fidelity against density, one curve per pattern family (``graphattn.viz.pareto``).
-
-    Parameters
-    ----------
-    results : list of dict
-        Rows of :func:`run_experiment`.
-    y : str
-        Fidelity column: ``cos_mean``, ``cos_min``, ``spearman``, ``top1`` or ``mass``.
-    ax : matplotlib Axes, optional
-
-    Returns
-    -------
-    list of matplotlib.lines.Line2D
-        One per family, then the Pareto front.
-    """
-    from graphattn import viz
-
-    lines = viz.pareto(results, ax=ax, x="density", y=y, family="family")
-    lines[0].axes.set_xscale("log")
-    return lines
-
-
-def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None) -> dict:
-    """Write ``prune.csv``, ``prune.json`` and ``prune.png`` into ``out_dir``; return their paths."""
-    import json
-    import os
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    os.makedirs(out_dir, exist_ok=True)
-    paths = {ext: os.path.join(out_dir, f"prune.{ext}") for ext in ("csv", "json", "png")}
-    pd.DataFrame(results).to_csv(paths["csv"], index=False)
-    clean = [{k: (v if not (isinstance(v, float) and not math.isfinite(v)) else str(v)) for k, v in r.items()}
-             for r in results]  # JSON has no inf
-    text = json.dumps({"meta": meta, "rows": clean}, indent=2)
-    for path in [paths["json"]] + ([json_path] if json_path else []):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
-    for ax, y in zip(axes, ("cos_mean", "spearman")):
-        plot_fidelity(results, y=y, ax=ax)
-    axes[0].set_ylabel("sentence-embedding cosine to dense (mean)")
-    axes[1].set_ylabel("retrieval: Spearman of pairwise similarities")
-    axes[1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"{meta['model']}: {meta['passages']} passages, <= {meta['max_length']} tokens")
-    fig.savefig(paths["png"], dpi=120)
-    plt.close(fig)
-    return paths
-
-
-def add_arguments(parser) -> None:
-    """Options of ``graphattn prune``."""
-    import argparse
-
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = "pattern specs:\n" + SPEC_HELP
-    parser.add_argument("--patterns", nargs="+", metavar="SPEC", default=None,
-                        help=f"pattern specs (default: {' '.join(DEFAULT_PATTERNS)}); the dense row is always first")
-    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
-                        help=f"number of passages, evenly spaced over the corpus (default {DEFAULT_LIMIT})")
-    parser.add_argument("--max-length", type=int, default=128, metavar="T",
-                        help="most tokens per passage, [CLS] and [SEP] included (default 128)")
-    parser.add_argument("--text", metavar="FILE", default=None,
-                        help="your own passages, one per line (default: the Python reference documentation, "
-                             "pydoc_data.topics)")
-    parser.add_argument("--out", metavar="DIR", default="prune-out",
-                        help="folder for prune.csv, prune.json, prune.png (default prune-out)")
-    parser.add_argument("--json", metavar="FILE", default=None, help="also write the JSON results to FILE")
-    parser.add_argument("--threads", type=int, default=1, metavar="N",
-                        help="torch threads (default 1: the experiment is many small tensor operations, which "
-                             "a second thread barely speeds up and which run several times slower when the "
-                             "cores are shared with other work)")
-    parser.add_argument("--no-oracle", action="store_true",
-                        help="skip the oracle top-k row after each fixed pattern")
-
-
-def main(args) -> int:
-    """Run ``graphattn prune``: progress bar, table and self-check on stdout, files in ``--out``.
-
-    Returns 0 when the self-check passes, 1 when it fails, 2 for bad input.
-    """
-    import sys
-
-    threads = torch.get_num_threads()
-    try:
-        specs = [parse_spec(s) for s in (args.patterns or DEFAULT_PATTERNS)]
-        if args.limit is not None and args.limit < 3:
-            raise ValueError(f"Expected '--limit' to be at least 3 passages (got {args.limit})")
-        if args.max_length < 8 or args.max_length > 512:
-            raise ValueError(f"Expected '--max-length' to be in [8, 512] tokens (got {args.max_length})")
-        if args.threads < 1:
-            raise ValueError(f"Expected '--threads' to be a positive int (got {args.threads})")
-        if args.text:
-            passages, source = corpus.read_passages(args.text, args.limit), args.text
-        model, tokenizer = load_model()
-        if not args.text:
-            passages = corpus.pydoc_passages(tokenizer, args.max_length, args.limit)
-            source = "pydoc_data.topics (Python reference documentation)"
-        if len(passages) < 3:
-            raise ValueError(f"Expected at least 3 passages (got {len(passages)} from {source})")
-    except (ValueError, FileNotFoundError, ImportError) as err:
-        print(f"graphattn prune: {err}", file=sys.stderr)
-        return 2
-    torch.set_num_threads(args.threads)
-    try:
-        return _report(args, specs, passages, source, model, tokenizer)
-    finally:
-        torch.set_num_threads(threads)  # leave the caller's process as it was
-
-
-def _report(args, specs, passages, source, model, tokenizer) -> int:
-    lengths = [len(ids) for ids in tokenizer(passages, truncation=True, max_length=args.max_length,
-                                             verbose=False)["input_ids"]]
-    print(f"{len(passages)} passages from {source}; tokens per passage min {min(lengths)}, "
-          f"mean {sum(lengths) / len(lengths):.1f}, max {max(lengths)}; torch threads {torch.get_num_threads()}")
-    t0 = time.perf_counter()
-    results = run_experiment(specs, passages, model=model, tokenizer=tokenizer, max_length=args.max_length,
-                             oracle=not args.no_oracle)
-    total = time.perf_counter() - t0
-    print(format_table(results))
-    ok, msg = self_check(results[0])
-    print(msg)
-    meta = {"model": "sentence-transformers/all-MiniLM-L6-v2", "source": source, "passages": len(passages),
-            "max_length": args.max_length, "tokens_per_passage_mean": sum(lengths) / len(lengths),
-            "torch_threads": torch.get_num_threads(), "seconds": total, "self_check": msg, "passed": ok}
-    paths = write_outputs(results, args.out, meta, args.json)
-    print(f"{len(results)} rows in {total:.1f} s; wrote {', '.join(paths.values())}"
-          + (f", {args.json}" if args.json else ""))
-    return 0 if ok else 1

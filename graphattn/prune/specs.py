@@ -18,8 +18,12 @@ import torch
 from torch import Tensor
 
 from graphattn import patterns
+from graphattn.prune.topk import topk_mask
 
-__all__ = ["Spec", "parse_spec", "SPEC_HELP", "topk_keep", "threshold_keep", "budget_keep"]
+__all__ = ["Spec", "parse_spec", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
+
+DEFAULT_PATTERNS = ["window:2", "window:8", "window:32", "longformer:window=16,global=0",
+                    "bigbird:block=8,random=1", "random:16", "strided:16", "topk:4", "topk:16", "threshold:0.02"]
 
 SPEC_HELP = """\
 full                                complete graph (dense attention)
@@ -40,60 +44,9 @@ threshold:0.01                      keys whose dense weight is >= 0.01, per laye
 a|b, a&b                            union, intersection, e.g. window:4|global:0"""
 
 
-def topk_keep(weights: Tensor, k: int) -> Tensor:
-    """The k highest-weight keys of each query, per head; ties to the lower key.
-
-    Parameters
-    ----------
-    weights : Tensor, shape (H, L, S)
-        Dense weights or scores (same ranking).
-    k : int
-        Keys per query; k >= S keeps all.
-
-    Returns
-    -------
-    Tensor, shape (H, L, S), dtype bool
-        Equal, head by head, to ``graphattn.patterns.topk(weights[h], k).mask()``.
-    """
-    counts = torch.full(weights.shape[-2:-1], min(k, weights.shape[-1]), dtype=torch.long)  # (L,)
-    return budget_keep(weights, counts)
-
-
 def threshold_keep(weights: Tensor, tau: float) -> Tensor:
-    """Keys whose dense weight reaches ``tau``, per head: (H, L, S) -> (H, L, S) bool."""
+    """Keys whose dense weight reaches ``tau``, per head: (..., L, S) -> (..., L, S) bool."""
     return weights >= tau
-
-
-def budget_keep(weights: Tensor, counts: Tensor) -> Tensor:
-    """Oracle top-k with a per-query budget: query i keeps its ``counts[i]`` highest-weight keys.
-
-    Ties go to the lower key j, as in :func:`graphattn.patterns.topk`.
-
-    Parameters
-    ----------
-    weights : Tensor, shape (H, L, S)
-    counts : Tensor, shape (L,), int in [0, S]
-        Keys per query, e.g. a fixed pattern's in-degrees, so the oracle keeps
-        exactly as many edges as the pattern, query by query.
-
-    Returns
-    -------
-    Tensor, shape (H, L, S), dtype bool
-    """
-    counts = counts.view(1, -1, 1)  # (1, L, 1)
-    k_max = int(counts.max()) if counts.numel() else 0
-    if k_max == 0:
-        return torch.zeros_like(weights, dtype=torch.bool)
-    # fast path: keep every key at least as heavy as the counts[i]-th heaviest (torch.topk, no full sort)
-    top = weights.topk(k_max, dim=-1, sorted=True).values  # (H, L, k_max) descending
-    kth = top.gather(-1, (counts.clamp(min=1) - 1).expand(*top.shape[:-1], 1))  # (H, L, 1)
-    keep = (weights >= kth) & (counts > 0)  # (H, L, S)
-    if bool((keep.sum(-1, keepdim=True) == counts).all()):
-        return keep
-    # a tie at the boundary: rank by a stable sort, so ties go to the lower key
-    order = weights.sort(dim=-1, descending=True, stable=True).indices  # (H, L, S)
-    ranks = torch.empty_like(order).scatter_(-1, order, torch.arange(order.shape[-1]).expand_as(order))  # (H, L, S)
-    return ranks < counts  # (H, L, S)
 
 
 @dataclass
@@ -168,7 +121,9 @@ _FAMILIES = {
 
 
 def _bad(text: str, why: str) -> ValueError:
-    return ValueError(f"Expected a pattern spec (got {text!r}: {why}). Valid specs:\n{SPEC_HELP}")
+    """The one spec error: the first line names the families (what the command prints), then examples."""
+    return ValueError(f"Expected a pattern spec family[:args], family one of {', '.join(_FAMILIES)} "
+                      f"(got {text!r}: {why}); see 'graphattn prune --help'. Valid specs:\n{SPEC_HELP}")
 
 
 def _window(left=None, right=None, dilation=1):
@@ -202,7 +157,7 @@ def _atom(text: str) -> Spec:
             pat = _window(**kwargs)
         elif family == "topk":
             k = patterns._int("k", kwargs["k"], 1)
-            return Spec(text, f"topk_{k}", "topk", None, lambda w: topk_keep(w, k))
+            return Spec(text, f"topk_{k}", "topk", None, lambda w: topk_mask(w, k))
         elif family == "threshold":
             tau = kwargs["tau"]
             if not 0.0 <= tau <= 1.0:
