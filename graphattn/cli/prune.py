@@ -53,12 +53,12 @@ def main(args: argparse.Namespace) -> int:
     from graphattn import prune
 
     specs = [parse_spec(s) for s in (args.patterns or DEFAULT_PATTERNS)]
+    prune.run.check_max_length(prune.run.model_config(), args.max_length)  # before any weight is loaded
     passages, source = None, PYDOC_SOURCE
     if args.text:
         passages, source = prune.corpus.read_passages(args.text, args.limit, max_length=args.max_length), args.text
         _enough(passages, source)
     model, tokenizer = prune.load_model()
-    prune.run.check_max_length(model, args.max_length)
     if passages is None:
         passages = _enough(prune.corpus.pydoc_passages(tokenizer, args.max_length, args.limit), source)
     threads = torch.get_num_threads()
