@@ -7,7 +7,7 @@ import torch
 
 from graphattn import patterns, prune
 from graphattn.prune.specs import parse_spec, threshold_keep
-from graphattn.prune.topk import budget_mask, topk_mask
+from graphattn.patterns import topk_mask
 
 from conftest import assert_close
 
@@ -54,17 +54,17 @@ def test_data_dependent_specs_match_patterns_per_head():
     assert torch.equal(threshold_keep(weights, 2.0), torch.zeros_like(keep))
 
 
-def test_budget_mask_copies_the_per_query_budget():
+def test_topk_mask_budget_copies_the_per_query_budget():
     weights = torch.rand(2, 6, 6)
     counts = torch.tensor([1, 2, 3, 0, 6, 2])
-    keep = budget_mask(weights, counts)
+    keep = topk_mask(weights, counts)
     assert torch.equal(keep.sum(-1), counts.expand(2, 6))
     for h in range(2):
         for i in range(6):  # every kept key outweighs every dropped key
             kept, dropped = weights[h, i][keep[h, i]], weights[h, i][~keep[h, i]]
             if kept.numel() and dropped.numel():
                 assert kept.min() > dropped.max()
-    assert torch.equal(budget_mask(weights, torch.full((6,), 3)), topk_mask(weights, 3))
+    assert torch.equal(topk_mask(weights, torch.full((6,), 3)), topk_mask(weights, 3))
 
 
 @pytest.mark.parametrize(
@@ -156,9 +156,9 @@ def test_prune_command_bad_input_exits_2_with_a_clear_message(tmp_path, capsys):
     assert "at least 3 passages (got 2 from" in capsys.readouterr().err
 
 
-def test_budget_mask_breaks_ties_towards_the_lower_key():
+def test_topk_mask_budget_breaks_ties_towards_the_lower_key():
     weights = torch.tensor([[[0.3, 0.3, 0.3, 0.1], [0.1, 0.2, 0.2, 0.5]]])  # (1, 2, 4)
-    keep = budget_mask(weights, torch.tensor([2, 2]))
+    keep = topk_mask(weights, torch.tensor([2, 2]))
     assert keep.int().tolist() == [[[1, 1, 0, 0], [0, 1, 0, 1]]]
     assert topk_mask(weights, 1).int().tolist() == [[[1, 0, 0, 0], [0, 0, 0, 1]]]
 

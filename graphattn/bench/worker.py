@@ -71,7 +71,7 @@ def _topk_table(q, k, keys):
     """Top-``keys`` keys per query of the head-averaged scores, as a bool table (L, S); 1024 rows at a time."""
     import torch
 
-    from graphattn.prune.topk import topk_mask
+    from graphattn.patterns import topk_mask
 
     qm, km = q.float().mean(1), k.float().mean(1)  # (L, D), (S, D)
     table = torch.zeros(q.size(0), k.size(0), dtype=torch.bool, device=q.device)  # (L, S)

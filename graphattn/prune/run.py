@@ -64,7 +64,7 @@ from torch import Tensor
 
 from graphattn.prune import metrics
 from graphattn.prune.specs import Spec, parse_spec
-from graphattn.prune.topk import budget_mask
+from graphattn.patterns import topk_mask
 from graphattn.validate import check_int
 
 __all__ = ["load_model", "model_config", "run_experiment", "check_max_length"]
@@ -208,7 +208,7 @@ def _rows(specs: list[Spec]) -> list[tuple[Spec, Spec | None]]:
         rows.append((s, None))
         if s.pattern is not None:
             oracle = Spec(f"oracle({s.text})", f"oracle({s.name})", "oracle top-k",
-                          _select=lambda w, valid, s=s: budget_mask(w, s.keep(w, valid).sum(-1)))
+                          _select=lambda w, valid, s=s: topk_mask(w, s.keep(w, valid).sum(-1)))
             rows.append((oracle, s))
     return rows
 
