@@ -84,6 +84,7 @@ def check_edge_index(edge_index: Tensor, num_sources: int, num_targets: int, nam
 
 
 def _check_mask(mask: Tensor, name: str = "mask") -> None:
+    """A 2-D bool tensor, True = may attend; the message for a float mask states the polarity."""
     check_tensor(name, mask, shape_text="(L, S)")
     if mask.dtype != torch.bool:
         raise TypeError(message(name, "a bool tensor where True means may attend", mask.dtype,
@@ -141,7 +142,7 @@ def edge_index_to_mask(edge_index: Tensor, size) -> Tensor:
     Raises
     ------
     TypeError, ValueError, IndexError
-        As :func:`check_edge_index`, and for a malformed ``size``.
+        As :func:`check_edge_index`; a malformed ``size``; more than ``MAX_ELEMENTS`` entries.
 
     Examples
     --------
@@ -214,7 +215,7 @@ def edge_weights_to_dense(edge_index: Tensor, alpha: Tensor, size) -> Tensor:
     Raises
     ------
     TypeError, ValueError, IndexError
-        As :func:`check_edge_index`, and if ``alpha`` is not ``(E,)`` or ``(E, H)``.
+        As :func:`edge_index_to_mask`, and ``alpha`` not ``(E,)`` or ``(E, H)``.
 
     Examples
     --------
@@ -348,8 +349,8 @@ def padded_to_nodes(x: Tensor, lengths: Sequence[int] | Tensor) -> tuple[Tensor,
 
     Raises
     ------
-    ValueError
-        If ``len(lengths) != B`` or a length exceeds ``T``.
+    TypeError, ValueError
+        ``x`` not a Tensor; ``len(lengths) != B`` or a length above ``T``.
     """
     lengths = _check_lengths(lengths)
     shape_text = f"(B, T, ...) with B = len(lengths) = {len(lengths)}"
