@@ -16,9 +16,11 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 from graphattn import dense, graphs, ops, patterns  # noqa: E402
 from graphattn.conv import AttentionConv  # noqa: E402
 from graphattn.ops import attention  # noqa: E402
+from graphattn.transformer_conv import TransformerConv  # noqa: E402
 
 __all__ = [
     "AttentionConv",
+    "TransformerConv",
     "attention",
     "dense",
     "graphs",
