@@ -11,7 +11,8 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops
-from graphattn.graphs import check_edge_index, to_edge_index
+from graphattn.graphs import batch_sequences, check_edge_index, to_edge_index
+from graphattn.ragged import batched_attention, group_sizes
 from graphattn.validate import check_bool, check_choice, check_int, check_probability, check_tensor, message
 
 __all__ = ["TransformerConv", "needs_propagate"]
@@ -20,6 +21,10 @@ _HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_
           "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
           "_message_and_aggregate_forward_pre_hooks", "_message_and_aggregate_forward_hooks",
           "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
+
+
+def _is_pattern(obj) -> bool:
+    return not isinstance(obj, Tensor) and hasattr(obj, "kind") and callable(getattr(obj, "edge_index", None))
 
 
 def needs_propagate(module: MessagePassing) -> bool:
@@ -168,7 +173,7 @@ class TransformerConv(MessagePassing):
                 lin.reset_parameters()
 
     def forward(self, x, edge_index, edge_attr: Tensor | None = None, return_attention_weights: bool = False,
-                *, size=None):
+                *, size=None, batch: Tensor | None = None):
         """Attend along the edges into each target, add the root term.
 
         Parameters
@@ -184,6 +189,13 @@ class TransformerConv(MessagePassing):
         return_attention_weights : bool, default False
         size : tuple (S, L), optional
             PyG's ``size``; checked against the features.
+        batch : Tensor, shape (N,), optional
+            PyG's ``batch`` vector. With a pattern as ``edge_index``
+            (``patterns.full()``, ``patterns.causal()``, ...), the pattern
+            applies within each graph of the batch (the ragged kernel of
+            :func:`graphattn.ragged.batched_attention`; no sum(n_b^2) edges are
+            built unless the weights or the ``propagate`` path need them).
+            With an edge list it is not needed (the edges are the graph) and ignored.
 
         Returns
         -------
@@ -193,10 +205,15 @@ class TransformerConv(MessagePassing):
         """
         check_bool("return_attention_weights", return_attention_weights)
         x_src, x_dst = self._features(x)
-        plain, known, values = to_edge_index(edge_index, size)
+        S, L = x_src.size(0), x_dst.size(0)
+        slow = self.impl == "message_passing" or needs_propagate(self)
+        if _is_pattern(edge_index):
+            edge_index, plain, known, values = self._pattern_edges(edge_index, batch, S, L,
+                                                                   slow or return_attention_weights, x_dst.device)
+        else:
+            plain, known, values = to_edge_index(edge_index, size)
         if edge_attr is None and values is not None and values.dim() > 1:
             edge_attr = values
-        S, L = x_src.size(0), x_dst.size(0)
         if known is not None and tuple(known) != (S, L):
             raise ValueError(message("size", f"(S, L) = {(S, L)} from the features", tuple(known)))
         H, C = self.heads, self.out_channels
@@ -204,8 +221,11 @@ class TransformerConv(MessagePassing):
         key = self.lin_key(x_src).view(S, H, C)  # (S, H, D)
         value = self.lin_value(x_src).view(S, H, C)  # (S, H, D)
         edge_attr = self._check_edge_attr(edge_attr, plain)
-        if self.impl == "message_passing" or needs_propagate(self):
+        if slow:
             out, alpha = self._propagate(query, key, value, plain, edge_attr, (S, L))
+        elif _is_pattern(plain) and batch is not None:
+            out, alpha = batched_attention(query, key, value, plain, batch, dropout=self.dropout,
+                                           training=self.training)  # (L, H, D), None
         else:
             out, alpha = self._attend(query, key, value, plain, edge_attr, return_attention_weights)
         out = out.reshape(L, H * C) if self.concat else out.mean(dim=1)  # (L, H*D) or (L, D)
@@ -237,8 +257,20 @@ class TransformerConv(MessagePassing):
             check_tensor(name, t, dim=2, shape_text="(n, F)", floating=True)
         return x_src, x_dst
 
-    def _check_edge_attr(self, edge_attr: Tensor | None, edge_index: Tensor) -> Tensor | None:
-        E = edge_index.size(1) if edge_index.dim() == 2 else -1
+    @staticmethod
+    def _pattern_edges(pattern, batch, S: int, L: int, need_edges: bool, device):
+        """``(edge_index, plain, size, values)`` for a pattern: its edges only when they are needed."""
+        if batch is not None and S != L:
+            raise ValueError(message("x", "one node set (S == L) with 'batch'", f"S = {S}, L = {L}"))
+        if not need_edges:
+            return pattern, pattern, None, None
+        if batch is None:
+            edges = pattern.edge_index(L, S)  # (2, E)
+        else:
+            edges, _ = batch_sequences(group_sizes(batch, L), pattern)  # (2, E): the pattern in each graph
+        return edges.to(device), edges.to(device), None, None
+
+    def _check_edge_attr(self, edge_attr: Tensor | None, edge_index) -> Tensor | None:
         if self.lin_edge is None:
             if edge_attr is not None:
                 raise ValueError(message("edge_attr", "None for a layer built without edge_dim",
@@ -246,6 +278,10 @@ class TransformerConv(MessagePassing):
             return None
         if edge_attr is None:
             raise ValueError(message("edge_attr", f"a Tensor of shape (E, {self.edge_dim}) (edge_dim is set)", None))
+        if not isinstance(edge_index, Tensor):
+            raise ValueError(message("edge_index", "an edge list with 'edge_attr'", "a pattern",
+                                     "build its edges: pattern.edge_index(L, S)"))
+        E = edge_index.size(1) if edge_index.dim() == 2 else -1
         check_tensor("edge_attr", edge_attr, dim=2, shape_text=f"(E, {self.edge_dim})", floating=True)
         if edge_attr.shape != (E, self.edge_dim):
             raise ValueError(message("edge_attr", f"of shape (E, F_e) = {(E, self.edge_dim)}",

@@ -218,3 +218,43 @@ def test_refusals():
         ga.TransformerConv(4, 2, aggr="mean")
     with pytest.raises(ValueError, match="'heads'"):
         ga.TransformerConv(4, 2, heads=0)
+
+
+@pytest.mark.parametrize("pattern", [ga.patterns.full(), ga.patterns.causal(), ga.patterns.window(1, 1)],
+                         ids=["full", "causal", "window_1_1"])
+@pytest.mark.parametrize("impl", ["auto", "message_passing"])
+def test_pattern_with_batch_attends_within_each_graph(pattern, impl):
+    """Against the explicit per-graph edges (graphs.batch_sequences) run through PyG's TransformerConv."""
+    lengths = [3, 1, 6, 4, 6]
+    edge_index, batch = ga.graphs.batch_sequences(lengths, pattern)
+    ref = PyGTransformerConv(5, 3, heads=2, beta=True).double()
+    conv = ga.TransformerConv.from_transformer_conv(ref, impl=impl)
+    x = torch.randn(sum(lengths), 5, dtype=torch.float64, requires_grad=True)
+    out = conv(x, pattern, batch=batch)
+    out_r = ref(x, edge_index)
+    assert_close(out, out_r)
+    grad, = torch.autograd.grad(out.square().sum(), x)
+    grad_r, = torch.autograd.grad(out_r.square().sum(), x)
+    assert_close(grad, grad_r)
+    _, (edges, alpha) = conv(x, pattern, return_attention_weights=True, batch=batch)
+    assert torch.equal(edges, edge_index)
+    assert_close(alpha, ref(x, edge_index, return_attention_weights=True)[1][1])
+
+
+def test_pattern_without_batch_is_one_graph():
+    conv = ga.TransformerConv(4, 3, heads=2).double()
+    x = torch.randn(7, 4, dtype=torch.float64)
+    assert_close(conv(x, ga.patterns.causal()), conv(x, ga.patterns.causal().edge_index(7)))
+
+
+def test_batch_refusals():
+    conv = ga.TransformerConv(4, 3)
+    x = torch.randn(5, 4)
+    with pytest.raises(ValueError, match="'batch'"):
+        conv(x, ga.patterns.full(), batch=torch.tensor([0, 1, 0, 1, 1]))
+    with pytest.raises(ValueError, match="'batch'"):
+        conv(x, ga.patterns.full(), batch=torch.zeros(4, dtype=torch.long))
+    with pytest.raises(NotImplementedError, match="'pattern'"):
+        conv(x, ga.patterns.topk(torch.randn(5, 5), 2), batch=torch.tensor([0, 0, 1, 1, 1]))
+    with pytest.raises(ValueError, match="'edge_index'"):
+        ga.TransformerConv(4, 3, edge_dim=2)(x, ga.patterns.full(), torch.randn(25, 2))
