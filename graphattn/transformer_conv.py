@@ -88,7 +88,9 @@ class TransformerConv(MessagePassing):
     impl : {"auto", "message_passing"}, default "auto"
         ``"auto"``: graphattn's fast kernels, except in ``explain`` mode or
         with a message-passing hook registered, where it runs ``propagate``
-        (:func:`needs_propagate`). ``"message_passing"``: always ``propagate``.
+        (:func:`needs_propagate`), and under ``torch.compile``/``torch.export``,
+        which trace ``propagate`` (fullgraph, no graph breaks; the fast kernels
+        keep host-side structure caches). ``"message_passing"``: always ``propagate``.
     **kwargs
         Passed to :class:`torch_geometric.nn.MessagePassing` (``aggr`` and
         ``flow`` fixed to ``"add"`` and ``"source_to_target"``).
@@ -206,7 +208,7 @@ class TransformerConv(MessagePassing):
         check_bool("return_attention_weights", return_attention_weights)
         x_src, x_dst = self._features(x)
         S, L = x_src.size(0), x_dst.size(0)
-        slow = self.impl == "message_passing" or needs_propagate(self)
+        slow = self.impl == "message_passing" or needs_propagate(self) or torch.compiler.is_compiling()
         if _is_pattern(edge_index):
             edge_index, plain, known, values = self._pattern_edges(edge_index, batch, S, L,
                                                                    slow or return_attention_weights, x_dst.device)
@@ -307,8 +309,14 @@ class TransformerConv(MessagePassing):
         return out, alpha
 
     def _propagate(self, query, key, value, edge_index, edge_attr, size):
-        """The readable path: ``edge_update`` (scores, softmax) then ``propagate`` (``message``)."""
-        check_edge_index(edge_index, size[0], size[1])
+        """The readable path: ``edge_update`` (scores, softmax) then ``propagate`` (``message``).
+
+        Under ``torch.compile`` this is the path traced (the fast kernels keep
+        host-side structure caches); the index check, which reads values on the
+        host, is skipped there (an out-of-range index then fails in ``index_select``).
+        """
+        if not torch.compiler.is_compiling():
+            check_edge_index(edge_index, size[0], size[1])
         H, C = self.heads, self.out_channels
         edge_emb = None if edge_attr is None else self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, D)
         alpha = self.edge_updater(edge_index, query=query, key=key, edge_emb=edge_emb, size=size)  # (E, H)

@@ -258,3 +258,19 @@ def test_batch_refusals():
         conv(x, ga.patterns.topk(torch.randn(5, 5), 2), batch=torch.tensor([0, 0, 1, 1, 1]))
     with pytest.raises(ValueError, match="'edge_index'"):
         ga.TransformerConv(4, 3, edge_dim=2)(x, ga.patterns.full(), torch.randn(25, 2))
+
+
+def test_torch_compile_fullgraph_and_export():
+    """Traces without graph breaks (the eager backend: tracing only, fast) and exports; same numbers."""
+    from torch_geometric import EdgeIndex
+
+    conv = ga.TransformerConv(6, 4, heads=2, edge_dim=3, beta=True).eval()
+    x = torch.randn(9, 6)
+    edge_index = random_graph(9, 9, 20, seed=8)
+    edge_attr = torch.randn(20, 3)
+    expected = conv(x, edge_index, edge_attr)
+    compiled = torch.compile(conv, fullgraph=True, backend="eager")
+    assert_close(compiled(x, edge_index, edge_attr), expected)
+    assert_close(compiled(x, EdgeIndex(edge_index, sparse_size=(9, 9)), edge_attr), expected)
+    exported = torch.export.export(conv, (x, edge_index, edge_attr))
+    assert_close(exported.module()(x, edge_index, edge_attr), expected)
