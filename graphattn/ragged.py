@@ -27,7 +27,7 @@ from torch import Tensor
 from graphattn.graphs import batch_sequences
 from graphattn.validate import check_tensor, message
 
-__all__ = ["batched_attention", "group_sizes"]
+__all__ = ["batched_attention", "group_sizes", "per_graph_edges"]
 
 RAGGED_KINDS = ("full", "causal")
 
@@ -52,6 +52,22 @@ def group_sizes(batch: Tensor, num_nodes: int) -> Tensor:
         raise ValueError(message("batch", "sorted and non-negative (nodes of one graph together, as PyG batches)",
                                  "an unsorted or negative vector"))
     return torch.bincount(batch.long())  # (B,)
+
+
+def per_graph_edges(counts: Tensor, pattern) -> Tensor:
+    """``(2, E)`` edges of ``pattern`` inside each graph of sizes ``counts`` (:func:`graphs.batch_sequences`).
+
+    Raises
+    ------
+    NotImplementedError
+        A pattern that cannot be applied to every graph size (e.g. ``topk`` of a fixed score matrix).
+    """
+    try:
+        edge_index, _ = batch_sequences(counts, pattern)  # (2, E)
+    except (ValueError, IndexError, TypeError) as error:
+        raise NotImplementedError(message("pattern", "a pattern that applies to every graph size",
+                                          getattr(pattern, "name", pattern), str(error))) from error
+    return edge_index
 
 
 def _padded_layout(batch: Tensor, counts: Tensor) -> tuple[Tensor, Tensor, int]:
@@ -113,11 +129,7 @@ def batched_attention(query: Tensor, key: Tensor, value: Tensor, pattern, batch:
     counts = group_sizes(batch, N)  # (B,)
     kind = getattr(pattern, "kind", None)
     if kind not in RAGGED_KINDS:
-        try:
-            edge_index, _ = batch_sequences(counts, pattern)  # (2, E): the pattern inside each graph
-        except (ValueError, IndexError, TypeError) as error:
-            raise NotImplementedError(message("pattern", "a pattern that applies to every graph size",
-                                              getattr(pattern, "name", pattern), str(error))) from error
+        edge_index = per_graph_edges(counts, pattern)  # (2, E): the pattern inside each graph
         return ops.attention(query, key, value, edge_index.to(query.device), scale=scale, dropout=dropout,
                              training=training, need_weights=need_weights)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)

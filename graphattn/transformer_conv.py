@@ -11,31 +11,11 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops
-from graphattn.graphs import batch_sequences, check_edge_index, to_edge_index
-from graphattn.ragged import batched_attention, group_sizes
+from graphattn.dispatch import attend, needs_propagate, resolve
+from graphattn.graphs import check_edge_index
 from graphattn.validate import check_bool, check_choice, check_int, check_probability, check_tensor, message
 
-__all__ = ["TransformerConv", "needs_propagate"]
-
-_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
-          "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
-          "_message_and_aggregate_forward_pre_hooks", "_message_and_aggregate_forward_hooks",
-          "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
-
-
-def _is_pattern(obj) -> bool:
-    return not isinstance(obj, Tensor) and hasattr(obj, "kind") and callable(getattr(obj, "edge_index", None))
-
-
-def needs_propagate(module: MessagePassing) -> bool:
-    """True when PyG machinery must see every edge: ``explain`` mode or a registered message-passing hook.
-
-    Then the layers run their ``propagate`` path (``edge_update`` + ``message``),
-    which is what explainers (edge masks through ``explain_message``,
-    ``AttentionExplainer``'s message hooks) act on; otherwise the fast kernels.
-    """
-    return bool(module._explain) or any(len(getattr(module, name, ())) for name in _HOOKS)
-
+__all__ = ["TransformerConv"]
 
 class TransformerConv(MessagePassing):
     r"""The graph transformer operator of Shi et al. [1]_, PyG's ``TransformerConv``, on graphattn's kernels.
@@ -88,7 +68,7 @@ class TransformerConv(MessagePassing):
     impl : {"auto", "message_passing"}, default "auto"
         ``"auto"``: graphattn's fast kernels, except in ``explain`` mode or
         with a message-passing hook registered, where it runs ``propagate``
-        (:func:`needs_propagate`), and under ``torch.compile``/``torch.export``,
+        (:func:`graphattn.dispatch.needs_propagate`), and under ``torch.compile``/``torch.export``,
         which trace ``propagate`` (fullgraph, no graph breaks; the fast kernels
         keep host-side structure caches). ``"message_passing"``: always ``propagate``.
     **kwargs
@@ -208,16 +188,11 @@ class TransformerConv(MessagePassing):
         check_bool("return_attention_weights", return_attention_weights)
         x_src, x_dst = self._features(x)
         S, L = x_src.size(0), x_dst.size(0)
-        slow = self.impl == "message_passing" or needs_propagate(self) or torch.compiler.is_compiling()
-        if _is_pattern(edge_index):
-            edge_index, plain, known, values = self._pattern_edges(edge_index, batch, S, L,
-                                                                   slow or return_attention_weights, x_dst.device)
-        else:
-            plain, known, values = to_edge_index(edge_index, size)
+        slow = self.impl == "message_passing" or needs_propagate(self)
+        edge_index, plain, values = resolve(edge_index, size, batch, S, L, slow or return_attention_weights,
+                                            x_dst.device)
         if edge_attr is None and values is not None and values.dim() > 1:
             edge_attr = values
-        if known is not None and tuple(known) != (S, L):
-            raise ValueError(message("size", f"(S, L) = {(S, L)} from the features", tuple(known)))
         H, C = self.heads, self.out_channels
         query = self.lin_query(x_dst).view(L, H, C)  # (L, H, D)
         key = self.lin_key(x_src).view(S, H, C)  # (S, H, D)
@@ -225,11 +200,8 @@ class TransformerConv(MessagePassing):
         edge_attr = self._check_edge_attr(edge_attr, plain)
         if slow:
             out, alpha = self._propagate(query, key, value, plain, edge_attr, (S, L))
-        elif _is_pattern(plain) and batch is not None:
-            out, alpha = batched_attention(query, key, value, plain, batch, dropout=self.dropout,
-                                           training=self.training)  # (L, H, D), None
         else:
-            out, alpha = self._attend(query, key, value, plain, edge_attr, return_attention_weights)
+            out, alpha = self._attend(query, key, value, plain, edge_attr, batch, return_attention_weights)
         out = out.reshape(L, H * C) if self.concat else out.mean(dim=1)  # (L, H*D) or (L, D)
         if self.root_weight:
             x_r = self.lin_skip(x_dst)  # (L, H*D) or (L, D)
@@ -259,19 +231,6 @@ class TransformerConv(MessagePassing):
             check_tensor(name, t, dim=2, shape_text="(n, F)", floating=True)
         return x_src, x_dst
 
-    @staticmethod
-    def _pattern_edges(pattern, batch, S: int, L: int, need_edges: bool, device):
-        """``(edge_index, plain, size, values)`` for a pattern: its edges only when they are needed."""
-        if batch is not None and S != L:
-            raise ValueError(message("x", "one node set (S == L) with 'batch'", f"S = {S}, L = {L}"))
-        if not need_edges:
-            return pattern, pattern, None, None
-        if batch is None:
-            edges = pattern.edge_index(L, S)  # (2, E)
-        else:
-            edges, _ = batch_sequences(group_sizes(batch, L), pattern)  # (2, E): the pattern in each graph
-        return edges.to(device), edges.to(device), None, None
-
     def _check_edge_attr(self, edge_attr: Tensor | None, edge_index) -> Tensor | None:
         if self.lin_edge is None:
             if edge_attr is not None:
@@ -290,12 +249,12 @@ class TransformerConv(MessagePassing):
                                      f"shape {tuple(edge_attr.shape)}"))
         return edge_attr
 
-    def _attend(self, query, key, value, edge_index, edge_attr, need_weights):
+    def _attend(self, query, key, value, edge_index, edge_attr, batch, need_weights):
         """The fast path: :func:`graphattn.attention`, edge terms without ``(E, H, D)`` node copies."""
         L, H, C = query.shape
         if edge_attr is None:
-            return ops.attention(query, key, value, edge_index, dropout=self.dropout, training=self.training,
-                                 need_weights=need_weights)  # (L, H, D), (E, H) or None
+            return attend(query, key, value, edge_index, batch, dropout=self.dropout, training=self.training,
+                          need_weights=need_weights)  # (L, H, D), (E, H) or None
         check_edge_index(edge_index, key.size(0), L)
         w_edge = self.lin_edge.weight.view(H, C, self.edge_dim)  # (H, D, F_e)
         src_dst = edge_index[1]  # (E,) target i of each edge
