@@ -136,3 +136,52 @@ def test_message_hooks_fire_and_see_pyg_messages():
         module.register_message_forward_hook(lambda m, inputs, out, name=name: seen.setdefault(name, out))
         module(X.double(), EDGE_INDEX)
     assert_close(seen["ours"], seen["pyg"])  # (E, H, D) messages alpha_ij (v_j + e_ij)
+
+
+# -- the same machinery on AttentionConv (MHA semantics) --------------------------------------------
+
+def attention_conv_pair():
+    fast = ga.AttentionConv(3, 4, heads=2).double()
+    slow = ga.AttentionConv(3, 4, heads=2, impl="message_passing").double()
+    slow.load_state_dict(fast.state_dict())
+    return fast, slow
+
+
+def test_attention_conv_explain_mode_and_hooks_on_the_default_path():
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    fast, slow = attention_conv_pair()
+    x = X.double()
+    mask = torch.randn(EDGE_INDEX.size(1), dtype=torch.float64)
+    plain = fast(x, EDGE_INDEX)
+    for module in (fast, slow):
+        set_masks(module, mask, EDGE_INDEX)
+    masked = fast(x, EDGE_INDEX)
+    assert_close(masked, slow(x, EDGE_INDEX))
+    assert not torch.allclose(masked, plain)
+    clear_masks(fast)
+    seen = []
+    handle = fast.register_message_forward_hook(lambda m, inputs, out: seen.append(inputs[0]["alpha"]))
+    _, (_, alpha) = fast(x, EDGE_INDEX, return_attention_weights=True)
+    handle.remove()
+    assert len(seen) == 1 and torch.equal(seen[0], alpha)
+
+
+def test_attention_conv_adjacency_forms_size_and_batch():
+    from torch_geometric import EdgeIndex
+
+    fast, _ = attention_conv_pair()
+    x = X.double()
+    expected = fast(x, EDGE_INDEX)
+    assert_close(fast(x, to_torch_csc_tensor(EDGE_INDEX, size=(8, 8)).t()), expected)
+    assert_close(fast(x, EdgeIndex(EDGE_INDEX, sparse_size=(8, 8))), expected)
+    assert_close(fast(x, EDGE_INDEX, size=(8, 8)), expected)
+    edges, _ = ga.graphs.batch_sequences([3, 2, 3], ga.patterns.full())
+    assert_close(fast(x, ga.patterns.full(), batch=BATCH), fast(x, edges))
+
+
+def test_attention_conv_compiles_without_graph_breaks():
+    fast, _ = attention_conv_pair()
+    x = X.double()
+    compiled = torch.compile(fast, fullgraph=True, backend="eager")
+    assert_close(compiled(x, EDGE_INDEX), fast(x, EDGE_INDEX))
