@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from graphattn import bench
+from graphattn.cli import bench as command
 
 
 def target_cases(args) -> list[dict]:
@@ -38,9 +39,13 @@ def target_cases(args) -> list[dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--targets", action="store_true", help="only the cases the issue's targets name")
-    bench.add_arguments(parser)
+    command.add_arguments(parser)
     args = parser.parse_args(argv)
-    return bench.main(args, target_cases(args) if args.targets else None)
+    try:
+        return command.main(args, target_cases(args) if args.targets else None)
+    except ValueError as err:  # a device this machine cannot use
+        print(f"benchmarks/run.py: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

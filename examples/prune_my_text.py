@@ -23,7 +23,8 @@ import torch
 
 
 def main(argv=None) -> int:
-    from graphattn import corpus, prune
+    from graphattn import prune
+    from graphattn.cli.prune import fidelity_figure
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("text", help="a UTF-8 text file, one passage per line")
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(max(1, args.threads))
     try:
-        passages = corpus.read_passages(args.text, args.limit)
+        passages = prune.corpus.read_passages(args.text, args.limit, max_length=args.max_length)
         if len(passages) < 3:
             raise ValueError(f"Expected at least 3 passages in {args.text} (got {len(passages)})")
     except (OSError, ValueError) as err:
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     print(message)
     meta = {"model": "sentence-transformers/all-MiniLM-L6-v2", "source": args.text, "passages": len(passages),
             "max_length": args.max_length}
-    paths = prune.write_outputs(results, args.out, meta)
+    paths = prune.write_outputs(results, args.out, meta, figure=fidelity_figure)
     print("wrote", ", ".join(paths.values()))
     return 0 if ok else 1
 

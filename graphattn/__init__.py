@@ -4,8 +4,15 @@ A sequence of L tokens is a graph of L nodes; an edge ``(j, i)`` says "query i
 may read key/value j". The complete graph is ordinary self-attention, a DAG is
 causal attention, a bipartite graph is cross-attention, and removing edges is
 sparse attention. See ``DESIGN.md`` in the project for the conventions.
+
+``import graphattn`` loads torch and the core (patterns, graphs, dense, ops)
+only. The layer (:class:`AttentionConv`, which needs PyTorch Geometric, and
+PyTorch Geometric in turn loads pandas and parts of transformers) and the
+bridges (:mod:`graphattn.interop`) load on first access; nothing registers
+itself or changes global state at import.
 """
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
 
 try:
@@ -14,17 +21,21 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
 from graphattn import dense, graphs, ops, patterns  # noqa: E402
-from graphattn.conv import AttentionConv  # noqa: E402
 from graphattn.ops import attention  # noqa: E402
-from graphattn.transformer_conv import TransformerConv  # noqa: E402
 
-__all__ = [
-    "AttentionConv",
-    "TransformerConv",
-    "attention",
-    "dense",
-    "graphs",
-    "ops",
-    "patterns",
-    "__version__",
-]
+_LAZY = {"AttentionConv": ("graphattn.conv", "AttentionConv"), "conv": ("graphattn.conv", None),
+         "interop": ("graphattn.interop", None), "TransformerConv": ("graphattn.transformer_conv", "TransformerConv")}
+
+__all__ = ["AttentionConv", "TransformerConv", "attention", "conv", "dense", "graphs", "interop", "ops", "patterns", "__version__"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        found = importlib.import_module(module)
+        return found if attr is None else getattr(found, attr)
+    raise AttributeError(f"module 'graphattn' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

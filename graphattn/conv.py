@@ -1,8 +1,11 @@
-"""``AttentionConv``: exact multi-head self-attention as a PyG ``MessagePassing`` layer."""
+"""``AttentionConv``: exact multi-head self-attention as a PyG ``MessagePassing`` layer.
+
+The layer knows nothing of Hugging Face: a layer carrying the weights of a
+transformers attention module comes from
+:func:`graphattn.interop.attention_conv_from_hf`.
+"""
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -10,7 +13,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from graphattn import ops
-from graphattn.dispatch import attend, needs_propagate, resolve
+from graphattn.routing import attend, needs_propagate, resolve
 
 __all__ = ["AttentionConv"]
 
@@ -196,11 +199,11 @@ class AttentionConv(MessagePassing):
         batch : Tensor, shape (N,), optional
             PyG's ``batch`` vector: a pattern then applies within each graph
             (``patterns.full()``: every node attends to its own graph), on the
-            ragged kernel (see :mod:`graphattn.dispatch`). Without it a pattern
+            ragged kernel (see :mod:`graphattn.routing`). Without it a pattern
             spans all N nodes, across graphs. Ignored with an edge list.
 
         In explain mode, with a message-passing hook registered, or under
-        ``torch.compile``, the layer runs ``propagate`` (:func:`graphattn.dispatch.needs_propagate`).
+        ``torch.compile``, the layer runs ``propagate`` (:func:`graphattn.routing.needs_propagate`).
 
         Returns
         -------
@@ -237,12 +240,12 @@ class AttentionConv(MessagePassing):
 
     def edge_update(self, query_i: Tensor, key_j: Tensor, edge_bias: Tensor | None, index: Tensor,
                     size_i: int) -> Tensor:
-        # 2) score and 3) scale: one dot product per edge and head
-        score = (query_i * key_j).sum(dim=-1) / math.sqrt(query_i.size(-1))  # (E, H, D) · (E, H, D) -> (E, H)
+        # 2) score and 3) scale: one dot product per edge and head, the scale of the fast path
+        score = ops.edge_scores(query_i, key_j)  # (E, H, D) · (E, H, D) -> (E, H), float32 for half types
         if edge_bias is not None:
             score = score + edge_bias  # (E, H)
-        # 5) softmax over the incoming edges of each query i
-        alpha = ops.segment_softmax(score, index, size_i)  # (E, H)
+        # 5) softmax over the incoming edges of each query i, the one of the fast path
+        alpha = ops.segment_softmax(score, index, size_i).to(query_i.dtype)  # (E, H)
         return F.dropout(alpha, p=self.dropout, training=self.training)
 
     def message(self, value_j: Tensor, alpha: Tensor) -> Tensor:
@@ -298,26 +301,6 @@ class AttentionConv(MessagePassing):
             if bias:
                 conv.lin_out.bias.copy_(mha.out_proj.bias)
         return conv.train(mha.training)
-
-    @classmethod
-    def from_hf_attention(cls, module: nn.Module) -> "AttentionConv":
-        """Build a layer carrying a Hugging Face attention module's weights.
-
-        ``BertSelfAttention`` gives a layer without output projection (BERT's
-        projection lives in ``BertSelfOutput``); ``GPT2Attention`` one whose
-        ``lin_out`` is ``c_proj``. See
-        :func:`graphattn.interop.hf.attention_conv_from_hf`, which this calls.
-
-        Raises
-        ------
-        TypeError
-            For a module of another layout.
-        NotImplementedError
-            For a non-standard scaling or a cross-attention module.
-        """
-        from graphattn.interop.hf import attention_conv_from_hf
-
-        return attention_conv_from_hf(module)
 
     def to_multihead_attention(self, batch_first: bool = False) -> nn.MultiheadAttention:
         """An ``nn.MultiheadAttention`` with exactly this layer's weights.

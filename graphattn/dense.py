@@ -26,6 +26,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from graphattn.validate import as_int, check_bool, check_float, check_int, check_tensor, message
+
 __all__ = ["SixSteps", "six_steps", "DenseAttention"]
 
 
@@ -45,6 +47,17 @@ class SixSteps(NamedTuple):
 def _split_heads(x: Tensor, heads: int) -> Tensor:
     *batch, n, f = x.shape
     return x.reshape(*batch, n, heads, f // heads).transpose(-3, -2)  # (..., H, n, D)
+
+
+def _check_projections(x: Tensor, x_kv: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor) -> None:
+    """Floating-point features (..., n, F) and (F, H * D) weights whose sizes meet."""
+    for name, t in (("x", x), ("x_kv", x_kv)):
+        check_tensor(name, t, dim=tuple(range(2, 64)), shape_text="(..., n, F)", floating=True)
+    for name, w, f in (("w_q", w_q, x), ("w_k", w_k, x_kv), ("w_v", w_v, x_kv)):
+        check_tensor(name, w, dim=2, shape_text="(F, H * D)", floating=True)
+        width = w_q.shape[1] if name == "w_k" else w.shape[1]  # keys meet queries; values may be wider
+        if w.shape != (f.shape[-1], width):
+            raise ValueError(message(name, f"of shape ({f.shape[-1]}, {width}), (F, H * D)", tuple(w.shape)))
 
 
 def six_steps(
@@ -103,9 +116,11 @@ def six_steps(
     Raises
     ------
     TypeError
-        If ``mask`` is not bool.
+        ``x``, ``x_kv`` or a weight not a floating-point Tensor; ``mask`` not bool;
+        ``heads`` not an int; ``scale`` not a number.
     ValueError
-        If ``heads`` does not divide the projection width.
+        ``heads`` < 1 or not dividing the projection width; a ``mask`` that does
+        not broadcast; a non-finite ``scale``.
 
     Examples
     --------
@@ -117,12 +132,18 @@ def six_steps(
     >>> torch.allclose(steps.weights.sum(-1), torch.ones(1, 3))  # each row i sums to 1 over j
     True
     """
+    _check_projections(x, x if x_kv is None else x_kv, w_q, w_k, w_v)
     if mask is not None and (not isinstance(mask, Tensor) or mask.dtype != torch.bool):
         got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-        raise TypeError(f"Expected 'mask' to be a bool tensor where True means may attend (got {got})")
-    width = w_q.shape[-1]
-    if not isinstance(heads, int) or heads < 1 or width % heads != 0:
-        raise ValueError(f"Expected 'heads' to be a positive int dividing the projection width {width} (got heads={heads})")
+        raise TypeError(message("mask", "a bool tensor where True means may attend", got))
+    heads = check_int("heads", heads, 1)
+    for width in (w_q.shape[-1], w_v.shape[-1]):
+        if width % heads != 0:
+            raise ValueError(message("heads", f"a positive int dividing the projection width {width}", heads))
+    for name, b, w in (("b_q", b_q, w_q), ("b_k", b_k, w_k), ("b_v", b_v, w_v)):
+        if b is not None and check_tensor(name, b, floating=True).shape != (w.shape[1],):
+            raise ValueError(message(name, f"a Tensor of shape ({w.shape[1]},)", f"shape {tuple(b.shape)}"))
+    scale = None if scale is None else check_float("scale", scale)
     x_kv = x if x_kv is None else x_kv
 
     # 1) project: Q = X W_Q, K = X W_K, V = X W_V, split into heads
@@ -137,7 +158,11 @@ def six_steps(
     scale = 1.0 / math.sqrt(queries.size(-1)) if scale is None else scale
     scaled = scores * scale  # (..., H, L, S)
     if bias is not None:
-        scaled = scaled + bias
+        try:
+            scaled = scaled + check_tensor("bias", bias, floating=True)  # (..., H, L, S)
+        except RuntimeError:
+            raise ValueError(message("bias", f"broadcastable to (..., H, L, S) = {tuple(scaled.shape)}",
+                                     tuple(bias.shape))) from None
 
     # 4) mask before the softmax: a disallowed key gets -inf, i.e. weight exactly 0
     allowed = torch.ones_like(scaled, dtype=torch.bool)
@@ -145,8 +170,8 @@ def six_steps(
         try:
             allowed = allowed & mask  # (..., H, L, S)
         except RuntimeError:
-            raise ValueError(f"Expected 'mask' to broadcast to (..., H, L, S) = {tuple(scaled.shape)} "
-                             f"(got {tuple(mask.shape)})") from None
+            raise ValueError(message("mask", f"broadcastable to (..., H, L, S) = {tuple(scaled.shape)}",
+                                     tuple(mask.shape))) from None
     allowed = allowed & ~torch.isneginf(scaled)  # a -inf bias removes the key too
     masked = scaled.masked_fill(~allowed, float("-inf"))  # (..., H, L, S)
 
@@ -182,8 +207,10 @@ class DenseAttention(nn.Module):
     def __init__(self, in_channels, out_channels: int, heads: int = 1, bias: bool = True,
                  output_projection: bool = True):
         super().__init__()
-        f_kv, f_q = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
-        self.heads = heads
+        pair = (in_channels, in_channels) if as_int(in_channels) is not None else tuple(in_channels)
+        f_kv, f_q = (check_int("in_channels", f, 1) for f in pair)
+        out_channels, self.heads = check_int("out_channels", out_channels, 1), check_int("heads", heads, 1)
+        check_bool("bias", bias), check_bool("output_projection", output_projection)
         self.lin_query = nn.Linear(f_q, out_channels, bias=bias)
         self.lin_key = nn.Linear(f_kv, out_channels, bias=bias)
         self.lin_value = nn.Linear(f_kv, out_channels, bias=bias)

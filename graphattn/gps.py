@@ -5,7 +5,7 @@
 need_weights=False)``. :class:`GPSAttention` is an ``nn.MultiheadAttention``
 (same parameters, same ``state_dict``) that answers exactly that call by
 dropping the padding, projecting the real nodes only, and attending within each
-graph with :func:`graphattn.ragged.batched_attention` (per-size buckets of
+graph with :func:`graphattn.ops.batched_attention` (per-size buckets of
 dense SDPA: no query reads a padding key, no FLOP goes to padding). Every other
 call (weights requested, an ``attn_mask``, cross-attention) is
 ``nn.MultiheadAttention``'s own.
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphattn import patterns
-from graphattn.ragged import batched_attention
+from graphattn.ops import batched_attention
 from graphattn.validate import message
 
 __all__ = ["GPSAttention", "use_graphattn"]

@@ -17,35 +17,34 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from graphattn.validate import as_int
+from graphattn.patterns import MAX_ELEMENTS, MAX_LENGTH, full, is_pattern
+from graphattn.validate import as_int, check_int, check_tensor, message
 
-__all__ = [
-    "check_edge_index",
-    "mask_to_edge_index",
-    "edge_index_to_mask",
-    "sort_edge_index",
-    "edge_weights_to_dense",
-    "dense_to_edge_weights",
-    "batch_sequences",
-    "padded_to_nodes",
-    "nodes_to_padded",
-]
+__all__ = ["check_edge_index", "mask_to_edge_index", "edge_index_to_mask", "sort_edge_index",
+           "edge_weights_to_dense", "dense_to_edge_weights", "batch_sequences", "padded_to_nodes",
+           "nodes_to_padded"]
 
 
 def _size_pair(size, name: str = "size") -> tuple[int, int]:
-    """Return ``(S, L)`` from an int ``N`` (square) or a pair ``(S, L)``."""
+    """Return ``(S, L)`` from an int ``N`` (square) or a pair ``(S, L)``, each in [0, MAX_LENGTH]."""
     if as_int(size) is not None:
         size = (size, size)
     pair = [as_int(s) for s in size] if isinstance(size, (tuple, list, torch.Size)) and len(size) == 2 else None
     if pair is None or None in pair:
-        raise TypeError(f"Expected '{name}' to be an int N or a pair of ints (S, L) (got {size!r})")
-    num_src, num_dst = pair
-    if num_src < 0 or num_dst < 0:
-        raise ValueError(f"Expected '{name}' to be non-negative (got {tuple(size)})")
-    return num_src, num_dst
+        raise TypeError(message(name, "an int N or a pair of ints (S, L)", size))
+    if not all(0 <= n <= MAX_LENGTH for n in pair):
+        raise ValueError(message(name, f"non-negative sizes <= {MAX_LENGTH}", tuple(pair)))
+    return pair[0], pair[1]
 
 
-def check_edge_index(edge_index: Tensor, num_sources: int, num_targets: int) -> None:
+def _check_dense(num_dst: int, num_src: int, heads: int = 1) -> None:
+    """Refuse a dense (H, L, S) result of more than ``MAX_ELEMENTS`` entries before allocating it."""
+    if heads * num_dst * num_src > MAX_ELEMENTS:
+        raise ValueError(message("size", f"a dense (H, L, S) of at most {MAX_ELEMENTS} entries",
+                                 f"H = {heads}, L = {num_dst}, S = {num_src}", "keep the edge list"))
+
+
+def check_edge_index(edge_index: Tensor, num_sources: int, num_targets: int, name: str = "edge_index") -> None:
     """Validate an edge list against ``num_sources`` keys and ``num_targets`` queries.
 
     Parameters
@@ -56,54 +55,41 @@ def check_edge_index(edge_index: Tensor, num_sources: int, num_targets: int) -> 
         S, the number of key/value nodes; sources must lie in ``[0, S)``.
     num_targets : int
         L, the number of query nodes; targets must lie in ``[0, L)``.
+    name : str, default "edge_index"
+        The argument's name in the messages (e.g. ``"edge_index[2]"`` for layer 2).
 
     Raises
     ------
-    TypeError
-        If ``edge_index`` is not an integer tensor.
-    ValueError
-        If its shape is not ``(2, E)``.
-    IndexError
-        If an index is negative or out of range.
+    TypeError, ValueError, IndexError
+        Not an integer tensor (a nested list too); a shape other than (2, E); an index out of range.
     """
     if not isinstance(edge_index, Tensor):
-        raise TypeError(
-            f"Expected 'edge_index' to be a LongTensor of shape (2, E) (got {type(edge_index).__name__})"
-        )
+        raise TypeError(message(name, "a LongTensor of shape (2, E)", type(edge_index).__name__,
+                                "build one with torch.tensor(..., dtype=torch.long)"))
     if edge_index.dtype not in (torch.int64, torch.int32):
-        raise TypeError(
-            f"Expected 'edge_index' to have an integer dtype (got {edge_index.dtype}); "
-            "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index"
-        )
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"Expected 'edge_index' to have shape (2, E) (got {tuple(edge_index.shape)})")
+        raise TypeError(f"Expected {name!r} to have an integer dtype (got {edge_index.dtype}); "
+                        "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:  # the template's own example (STYLE.md)
+        raise ValueError(f"Expected {name!r} to have shape (2, E) (got {tuple(edge_index.shape)})")
     if edge_index.numel() == 0:
         return
     lo = int(edge_index.min())
     if lo < 0:
-        raise IndexError(f"Expected 'edge_index' to be non-negative (got a minimum of {lo})")
+        raise IndexError(message(name, "non-negative", f"a minimum of {lo}"))
     max_src, max_dst = (int(m) for m in edge_index.amax(dim=1))
     if max_src >= num_sources:
-        raise IndexError(
-            f"Expected sources 'edge_index[0]' to be < S = {num_sources} key nodes (got {max_src})"
-        )
+        raise IndexError(message(f"{name}[0]", f"sources < S = {num_sources} key nodes", max_src))
     if max_dst >= num_targets:
-        raise IndexError(
-            f"Expected targets 'edge_index[1]' to be < L = {num_targets} query nodes (got {max_dst})"
-        )
+        raise IndexError(message(f"{name}[1]", f"targets < L = {num_targets} query nodes", max_dst))
 
 
 def _check_mask(mask: Tensor, name: str = "mask") -> None:
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"Expected '{name}' to be a bool Tensor of shape (L, S) (got {type(mask).__name__})")
+    check_tensor(name, mask, shape_text="(L, S)")
     if mask.dtype != torch.bool:
-        raise TypeError(
-            f"Expected '{name}' to be a bool tensor where True means may attend (got {mask.dtype}); "
-            f"for a 0/1 tensor where 1 means may attend, pass {name}.bool(); an nn.MultiheadAttention "
-            f"mask (True = blocked) must be inverted first: ~{name}"
-        )
-    if mask.dim() != 2:
-        raise ValueError(f"Expected '{name}' to have shape (L, S) (got {tuple(mask.shape)})")
+        raise TypeError(message(name, "a bool tensor where True means may attend", mask.dtype,
+                                f"for a 0/1 tensor where 1 means may attend, pass {name}.bool(); an "
+                                f"nn.MultiheadAttention mask (True = blocked) must be inverted first: ~{name}"))
+    check_tensor(name, mask, dim=2, shape_text="(L, S)")
 
 
 def mask_to_edge_index(mask: Tensor) -> Tensor:
@@ -122,11 +108,8 @@ def mask_to_edge_index(mask: Tensor) -> Tensor:
 
     Raises
     ------
-    TypeError
-        If ``mask`` is not a bool tensor (a float 0/1 tensor is refused: say
-        ``mask.bool()`` if 1 means may attend).
-    ValueError
-        If ``mask`` is not 2-D.
+    TypeError, ValueError
+        ``mask`` not a bool tensor (a 0/1 tensor is refused: say ``mask.bool()``); not 2-D.
 
     Examples
     --------
@@ -169,22 +152,45 @@ def edge_index_to_mask(edge_index: Tensor, size) -> Tensor:
     """
     num_src, num_dst = _size_pair(size)
     check_edge_index(edge_index, num_src, num_dst)
+    _check_dense(num_dst, num_src)
     mask = torch.zeros(num_dst, num_src, dtype=torch.bool, device=edge_index.device)  # (L, S)
     mask[edge_index[1], edge_index[0]] = True
     return mask
 
 
 def sort_edge_index(edge_index: Tensor, num_sources: int) -> tuple[Tensor, Tensor]:
-    """Sort edges by target, then source; return the sorted edges and the permutation.
+    """Sort edges by target, then source (stable); return the sorted edges and the permutation.
+
+    Parameters
+    ----------
+    edge_index : Tensor, shape (2, E), int64 or int32
+        Row 0 = source j (key), row 1 = target i (query).
+    num_sources : int
+        S; every source must lie in ``[0, S)``.
 
     Returns
     -------
     edge_index : Tensor, shape (2, E)
+        Same dtype as the input.
     perm : Tensor, shape (E,)
-        ``sorted = edge_index[:, perm]``.
+        ``sorted = edge_index[:, perm]``; equal edges keep their order. Raises as
+        :func:`check_edge_index` (targets are only checked to be non-negative).
+
+    Examples
+    --------
+    >>> import torch
+    >>> sort_edge_index(torch.tensor([[1, 0, 0], [1, 1, 0]]), 2)
+    (tensor([[0, 0, 1],
+            [0, 1, 1]]), tensor([2, 1, 0]))
     """
-    key = edge_index[1] * max(num_sources, 1) + edge_index[0]  # (E,)
-    perm = torch.argsort(key, stable=True)  # (E,)
+    num_sources = check_int("num_sources", num_sources)
+    check_edge_index(edge_index, num_sources, 2 ** 63)  # any int64 target
+    src, dst = edge_index.long()  # (E,), (E,) the key in int64: int32 edges would wrap
+    if dst.numel() and (int(dst.max()) + 1) * max(num_sources, 1) <= 2 ** 63 - 1:
+        perm = torch.argsort(dst * max(num_sources, 1) + src, stable=True)  # (E,) key i S + j
+    else:  # i S + j would not fit in int64: two stable passes, by source, then by target
+        by_src = torch.argsort(src, stable=True)  # (E,)
+        perm = by_src[torch.argsort(dst[by_src], stable=True)]  # (E,)
     return edge_index[:, perm], perm
 
 
@@ -219,10 +225,12 @@ def edge_weights_to_dense(edge_index: Tensor, alpha: Tensor, size) -> Tensor:
     """
     num_src, num_dst = _size_pair(size)
     check_edge_index(edge_index, num_src, num_dst)
-    if not isinstance(alpha, Tensor) or alpha.dim() not in (1, 2) or alpha.size(0) != edge_index.size(1):
-        got = tuple(alpha.shape) if isinstance(alpha, Tensor) else type(alpha).__name__
-        raise ValueError(f"Expected 'alpha' to have shape (E,) or (E, H) with E = {edge_index.size(1)} (got {got})")
+    shape_text = f"(E,) or (E, H) with E = {edge_index.size(1)}"
+    check_tensor("alpha", alpha, dim=(1, 2), shape_text=shape_text)
+    if alpha.size(0) != edge_index.size(1):
+        raise ValueError(message("alpha", f"a Tensor of shape {shape_text}", f"shape {tuple(alpha.shape)}"))
     flat = alpha.unsqueeze(-1) if alpha.dim() == 1 else alpha  # (E, H)
+    _check_dense(num_dst, num_src, flat.size(1))
     dense = flat.new_zeros(num_dst, num_src, flat.size(1))  # (L, S, H)
     dense.index_put_((edge_index[1], edge_index[0]), flat, accumulate=True)
     dense = dense.permute(2, 0, 1)  # (H, L, S)
@@ -249,9 +257,7 @@ def dense_to_edge_weights(weights: Tensor, edge_index: Tensor) -> Tensor:
     >>> dense_to_edge_weights(torch.tensor([[1.0, 0.0], [0.25, 0.75]]), torch.tensor([[0, 0, 1], [0, 1, 1]]))
     tensor([1.0000, 0.2500, 0.7500])
     """
-    if not isinstance(weights, Tensor) or weights.dim() not in (2, 3):
-        got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
-        raise ValueError(f"Expected 'weights' to have shape (H, L, S) or (L, S) (got {got})")
+    check_tensor("weights", weights, dim=(2, 3), shape_text="(H, L, S) or (L, S)")
     num_dst, num_src = weights.shape[-2:]
     check_edge_index(edge_index, num_src, num_dst)
     if weights.dim() == 2:
@@ -263,10 +269,11 @@ def _check_lengths(lengths) -> list[int]:
     if isinstance(lengths, Tensor):
         lengths = lengths.tolist()
     if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
-        raise TypeError(f"Expected 'lengths' to be a sequence of ints, one per sequence (got {lengths!r})")
+        raise TypeError(message("lengths", "a sequence of ints, one per sequence", lengths))
+    lengths = list(lengths)
     ints = [as_int(n) for n in lengths]
-    if any(n is None or n < 0 for n in ints):
-        raise ValueError(f"Expected 'lengths' to hold non-negative ints (got {list(lengths)})")
+    if any(n is None or n < 0 for n in ints) or sum(ints) > MAX_LENGTH:
+        raise ValueError(message("lengths", f"non-negative ints, {MAX_LENGTH} nodes at most in all", lengths))
     return ints
 
 
@@ -295,8 +302,8 @@ def batch_sequences(lengths: Sequence[int] | Tensor, pattern=None) -> tuple[Tens
 
     Raises
     ------
-    ValueError
-        If a length is negative or not an int.
+    TypeError, ValueError
+        A length not a non-negative int, or more than ``MAX_LENGTH`` nodes; ``pattern`` not a Pattern.
 
     Examples
     --------
@@ -308,13 +315,9 @@ def batch_sequences(lengths: Sequence[int] | Tensor, pattern=None) -> tuple[Tens
     tensor([0, 0, 1])
     """
     lengths = _check_lengths(lengths)
-    if pattern is None:
-        from graphattn.patterns import full
-
-        pattern = full()
-    if not callable(getattr(pattern, "edge_index", None)):
-        raise TypeError(f"Expected 'pattern' to be a graphattn.patterns.Pattern, e.g. patterns.causal() "
-                        f"(got {pattern!r})")
+    pattern = full() if pattern is None else pattern
+    if not is_pattern(pattern):
+        raise TypeError(message("pattern", "a graphattn.patterns.Pattern, e.g. patterns.causal()", pattern))
     counts = torch.tensor(lengths, dtype=torch.long)  # (B,)
     offsets = torch.cumsum(counts, 0) - counts  # (B,)
     cache: dict[int, Tensor] = {}
@@ -349,25 +352,37 @@ def padded_to_nodes(x: Tensor, lengths: Sequence[int] | Tensor) -> tuple[Tensor,
         If ``len(lengths) != B`` or a length exceeds ``T``.
     """
     lengths = _check_lengths(lengths)
-    if not isinstance(x, Tensor):
-        raise TypeError(f"Expected 'x' to be a Tensor of shape (B, T, ...) (got {type(x).__name__})")
+    shape_text = f"(B, T, ...) with B = len(lengths) = {len(lengths)}"
+    check_tensor("x", x, shape_text=shape_text)
     if x.dim() < 2 or x.size(0) != len(lengths):
-        raise ValueError(
-            f"Expected 'x' to have shape (B, T, ...) with B = len(lengths) = {len(lengths)} "
-            f"(got {tuple(x.shape)})"
-        )
+        raise ValueError(message("x", f"a Tensor of shape {shape_text}", f"shape {tuple(x.shape)}"))
     if lengths and max(lengths) > x.size(1):
-        raise ValueError(f"Expected 'lengths' to be <= T = {x.size(1)} (got {max(lengths)})")
+        raise ValueError(message("lengths", f"<= T = {x.size(1)}", max(lengths)))
     counts = torch.tensor(lengths, dtype=torch.long, device=x.device)  # (B,)
     valid = torch.arange(x.size(1), device=x.device) < counts[:, None]  # (B, T)
     batch = torch.repeat_interleave(torch.arange(len(lengths), device=x.device), counts)  # (N,)
     return x[valid], batch  # (N, ...), (N,)
 
 
-def nodes_to_padded(x: Tensor, batch: Tensor, max_length: int | None = None) -> tuple[Tensor, Tensor]:
+def nodes_to_padded(x: Tensor, batch: Tensor, max_length: int | None = None,
+                    batch_size: int | None = None) -> tuple[Tensor, Tensor]:
     """Pad node features back to ``(B, T, F)``; the inverse of :func:`padded_to_nodes`.
 
-    A thin wrapper of :func:`torch_geometric.utils.to_dense_batch`.
+    Node n goes to row ``batch[n]``, in its order among that sequence's nodes;
+    ``batch`` need not be sorted (it is sorted stably first, as PyG's
+    ``to_dense_batch``, which does the padding, requires).
+
+    Parameters
+    ----------
+    x : Tensor, shape (N, ...)
+    batch : Tensor, shape (N,), integer
+        Sequence index of each node.
+    max_length : int, optional
+        T; default the longest sequence. A longer sequence raises (where
+        ``to_dense_batch`` would drop its last nodes silently).
+    batch_size : int, optional
+        B; default ``batch.max() + 1``. Keeps trailing empty sequences:
+        lengths [1, 1, 0] are ``batch = [0, 1]`` with B = 3.
 
     Returns
     -------
@@ -375,10 +390,40 @@ def nodes_to_padded(x: Tensor, batch: Tensor, max_length: int | None = None) -> 
         Zero at padding positions.
     valid : Tensor, shape (B, T), dtype bool
         True at real tokens (the negation of a ``key_padding_mask``).
+
+    Raises
+    ------
+    TypeError, ValueError, IndexError
+        Not tensors or ints; shapes that disagree or a sequence longer than
+        ``max_length``; a ``batch`` entry outside ``[0, batch_size)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> padded, valid = nodes_to_padded(torch.tensor([[1.0], [2.0]]), torch.tensor([1, 0]), batch_size=3)
+    >>> padded[..., 0].tolist(), valid.tolist()
+    ([[2.0], [1.0], [0.0]], [[True], [True], [False]])
     """
     from torch_geometric.utils import to_dense_batch
 
-    return to_dense_batch(x, batch, max_num_nodes=max_length)
+    check_tensor("x", x, dim=tuple(range(1, 64)), shape_text="(N, ...)")
+    num_n = x.size(0)
+    check_tensor("batch", batch, dim=1, shape_text=f"(N,) with N = {num_n}")
+    if batch.is_floating_point() or batch.is_complex() or batch.dtype == torch.bool:
+        raise TypeError(message("batch", "an integer Tensor", batch.dtype))
+    if batch.numel() != num_n:
+        raise ValueError(message("batch", f"a Tensor of shape (N,) with N = {num_n}", f"shape {tuple(batch.shape)}"))
+    top = int(batch.max()) + 1 if num_n else 0
+    num_b = top if batch_size is None else check_int("batch_size", batch_size, 0, MAX_LENGTH)
+    if num_n and (int(batch.min()) < 0 or top > num_b):
+        raise IndexError(message("batch", f"sequence indices in [0, {num_b})", f"[{int(batch.min())}, {top - 1}]"))
+    longest = int(torch.bincount(batch.long(), minlength=num_b).max()) if num_b else 0  # (B,) -> max
+    num_t = longest if max_length is None else check_int("max_length", max_length, 0, MAX_LENGTH)
+    if longest > num_t:
+        raise ValueError(message("max_length", f">= the longest sequence, {longest} nodes", num_t))
+    _check_dense(num_b, num_t, x[0].numel() if num_n else 1)
+    order = torch.argsort(batch, stable=True)  # (N,) sequences grouped, each in its own order
+    return to_dense_batch(x[order], batch[order], max_num_nodes=num_t, batch_size=num_b)
 
 
 # -- adjacency forms PyG users pass (edge_index, EdgeIndex, torch.sparse, SparseTensor) ---------------

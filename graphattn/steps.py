@@ -13,29 +13,15 @@ The steps, as numbered in :mod:`graphattn.dense` and the first notebook:
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 
 import torch
 from torch import Tensor
 
-__all__ = ["add_arguments", "main", "worked_example", "WORKED_SCORES", "WORKED_VALUES"]
+__all__ = ["worked_example", "WORKED_SCORES", "WORKED_VALUES"]
 
 WORKED_SCORES = (2.1, 0.4, -0.3)  # raw scores q · k_j of one query against three keys
 WORKED_VALUES = ((1.0, 0.0, 0.0, 1.0), (0.0, 2.0, 0.0, 0.0), (0.0, 0.0, 3.0, -1.0))  # v_1, v_2, v_3
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``graphattn steps``."""
-    parser.add_argument("--length", type=int, default=3, help="number of tokens L (default 3)")
-    parser.add_argument("--dim", type=int, default=4, help="token width d = d_k (default 4)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random tokens and weights (default 0)")
-    parser.add_argument("--causal", action="store_true", help="apply a causal mask in step 4 (default: no mask)")
-    parser.add_argument("--decimals", type=int, default=4, help="digits after the point (default 4)")
-    parser.add_argument("--scores", type=float, nargs="+", default=list(WORKED_SCORES), metavar="S",
-                        help="raw scores of the worked example (default 2.1 0.4 -0.3)")
-    parser.add_argument("--d-k", type=int, default=4, dest="d_k", help="d_k of the worked example (default 4)")
 
 
 def _fmt(t: Tensor, decimals: int) -> str:
@@ -133,19 +119,3 @@ def _worked_report(scores, d_k: int, decimals: int) -> list[str]:
     lines += [f"6) output y = {terms} = {_fmt(ex['output'], d)}"]
     return lines
 
-
-def main(args: argparse.Namespace) -> int:
-    """Print the six steps and the worked example; return 0, or 2 on bad arguments."""
-    # a teaching printout: every matrix is printed, so sizes are kept to what a screen shows
-    for name, value, low, high in (("length", args.length, 1, 64), ("dim", args.dim, 1, 64),
-                                   ("d_k", args.d_k, 1, 10**6), ("decimals", args.decimals, 0, 12)):
-        if not low <= value <= high:
-            print(f"graphattn steps: Expected '{name}' to be in [{low}, {high}] (got {value})", file=sys.stderr)
-            return 2
-    if not all(math.isfinite(s) for s in args.scores):
-        print(f"graphattn steps: Expected '--scores' to be finite numbers (got {args.scores})", file=sys.stderr)
-        return 2
-    lines = _six_steps_report(args.length, args.dim, args.seed, args.causal, args.decimals)
-    lines += _worked_report(args.scores, args.d_k, args.decimals)
-    print("\n".join(lines))
-    return 0

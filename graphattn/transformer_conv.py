@@ -11,7 +11,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops
-from graphattn.dispatch import attend, needs_propagate, resolve
+from graphattn.routing import attend, needs_propagate, resolve
 from graphattn.graphs import check_edge_index
 from graphattn.validate import check_bool, check_choice, check_int, check_probability, check_tensor, message
 
@@ -68,7 +68,7 @@ class TransformerConv(MessagePassing):
     impl : {"auto", "message_passing"}, default "auto"
         ``"auto"``: graphattn's fast kernels, except in ``explain`` mode or
         with a message-passing hook registered, where it runs ``propagate``
-        (:func:`graphattn.dispatch.needs_propagate`), and under ``torch.compile``/``torch.export``,
+        (:func:`graphattn.routing.needs_propagate`), and under ``torch.compile``/``torch.export``,
         which trace ``propagate`` (fullgraph, no graph breaks; the fast kernels
         keep host-side structure caches). ``"message_passing"``: always ``propagate``.
     **kwargs
@@ -175,7 +175,7 @@ class TransformerConv(MessagePassing):
             PyG's ``batch`` vector. With a pattern as ``edge_index``
             (``patterns.full()``, ``patterns.causal()``, ...), the pattern
             applies within each graph of the batch (the ragged kernel of
-            :func:`graphattn.ragged.batched_attention`; no sum(n_b^2) edges are
+            :func:`graphattn.ops.batched_attention`; no sum(n_b^2) edges are
             built unless the weights or the ``propagate`` path need them).
             With an edge list it is not needed (the edges are the graph) and ignored.
 

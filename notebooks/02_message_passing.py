@@ -94,7 +94,7 @@ mask = ga.patterns.causal().mask(L)  # (L, L) True = may attend
 dense = ga.dense.six_steps(x, w_q, w_k, w_v, mask)
 # 2) edge list
 q, k, v = ((x @ w).reshape(L, 1, D) for w in (w_q, w_k, w_v))  # (L, H=1, D) each
-out, alpha = ga.attention(q, k, v, causal)  # (L, 1, D), (E, 1)
+out, alpha = ga.attention(q, k, v, causal, need_weights=True)  # (L, 1, D), (E, 1)
 # 3) one node's incoming messages
 i = 4
 sources = causal[0][causal[1] == i]  # the keys j with an edge (j, i)

@@ -35,7 +35,7 @@ import torch
 import transformers
 
 import graphattn as ga
-from graphattn import corpus, prune, viz
+from graphattn import prune, viz
 from graphattn import patterns as P
 
 torch.set_num_threads(1)
@@ -147,7 +147,7 @@ assert reachability.loc[2, "strided_8"] == 1.0 and P.stats(P.strided(8), L)["rea
 
 # %%
 model, tokenizer = prune.load_model()
-passages = corpus.pydoc_passages(tokenizer, max_length=64, limit=12)
+passages = prune.corpus.pydoc_passages(tokenizer, max_length=64, limit=12)
 specs = ["window:4", "window:4|global:0", "random:8", "strided:8", "topk:8"]
 results = prune.run_experiment(specs, passages, model=model, tokenizer=tokenizer, max_length=64, progress=False)
 table = pd.DataFrame(results).set_index("pattern")
@@ -193,7 +193,8 @@ assert table.loc["random_8_s0"].mass < table.loc["topk_8"].mass
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-lines = prune.plot_fidelity(results, y="cos_mean", ax=axes[0])
+lines = viz.pareto(results, x="density", y="cos_mean", family="family", ax=axes[0])
+axes[0].set_xscale("log")
 viz.pareto(results, x="density", y="mass", family="family", ax=axes[1])
 axes[1].set_xscale("log")
 fig.tight_layout()

@@ -10,9 +10,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 # Exactness targets (DESIGN.md): float64 to 1e-10, float32 to the noise floor on unit-scale data.
+# Half precisions, on unit-scale data against a float32/float64 reference: about one unit in the
+# last place at 1.0 (float16 eps = 2**-10 ~ 9.8e-4, bfloat16 eps = 2**-7 ~ 7.8e-3), with rtol for
+# bfloat16 at torch.testing's own default (1.6e-2) since its 8-bit mantissa rounds every product.
 TOL = {
     torch.float64: dict(atol=1e-10, rtol=0.0),
     torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float16: dict(atol=1e-3, rtol=1e-3),
+    torch.bfloat16: dict(atol=1e-2, rtol=1.6e-2),
 }
 
 DTYPES = [pytest.param(torch.float64, id="float64"), pytest.param(torch.float32, id="float32")]

@@ -1,16 +1,12 @@
-"""The command line and the README's promises about it."""
+"""The command line (the README's promises about it are checked in tests/test_repository.py)."""
 
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import graphattn
 from graphattn import cli
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_version_and_help(capsys):
@@ -28,22 +24,6 @@ def test_console_script_is_installed():
     result = subprocess.run([sys.executable, "-m", "graphattn.cli", "--help"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "prune" in result.stdout
-
-
-def test_readme_starts_with_the_two_setup_commands_and_ci_runs_the_second():
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
-    first_heading = readme.index("\n## ")
-    assert readme.index(blocks[1]) < first_heading  # both commands come before any section
-    assert blocks[0].endswith("graphattn prune")
-    assert blocks[1].endswith("python -m pytest")
-    ci = (ROOT / ".ci" / "run").read_text()
-    test_command = blocks[1].split("&&")[-1].strip()
-    assert ci.strip().splitlines()[-1] == test_command
-    for step in blocks[1].split("&&")[:-1]:
-        step = step.strip()
-        if step.startswith("pip install") or step.startswith("python3 -m venv"):
-            assert step in ci, step
 
 
 def test_user_errors_become_one_line(monkeypatch, capsys, tmp_path):
@@ -66,19 +46,44 @@ def test_user_errors_become_one_line(monkeypatch, capsys, tmp_path):
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["bench", "--patterns", "nope"], "subset of complete, window, random, topk"),
-        (["bench", "--sizes", "0"], "expected a positive int (got '0')"),
-        (["bench", "--repeats", "-1"], "expected a positive int"),
+        (["bench", "--patterns", "nope"], "subset of complete, window, random, topk (got 'nope')"),
+        (["bench", "--sizes", "0"], "Expected '--sizes' to be an int in [1, 16777216] (got '0')"),
+        (["bench", "--sizes", "1" + "0" * 40], "Expected '--sizes' to be an int in"),
+        (["bench", "--repeats", "-1"], "Expected '--repeats' to be an int in [1, 10000] (got '-1')"),
+        (["bench", "--memory-budget", "nan"], "Expected '--memory-budget' to be a number in (0, 1.04858e+06]"),
+        (["bench", "--threads", "100000"], "Expected '--threads' to be an int in [1, "),
+        (["prune", "--limit", "0"], "Expected '--limit' to be an int in [3, 100000] (got '0')"),
+        (["prune", "--threads", "100000"], "Expected '--threads' to be an int in [1, "),
+        (["prune", "--max-length", "99999999999999999999"], "Expected '--max-length' to be an int in [8, 100000]"),
+        (["steps", "--length", "0"], "Expected '--length' to be an int in [1, 64] (got '0')"),
+        (["explain", "a b", "--token", "a", "--layer", "-1"], "Expected '--layer' to be an int in [0, 1000000]"),
+        (["prune", "--nope"], "unrecognized arguments: --nope"),
     ],
-    ids=["pattern", "size", "repeats"],
+    ids=["pattern", "size", "huge-size", "repeats", "nan-budget", "bench-threads", "limit0", "prune-threads",
+         "huge-length", "steps-length", "explain-layer", "unknown-option"],
 )
-def test_bench_rejects_bad_arguments(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(argv)
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphattn {argv[0]}: error: ") and err.count("\n") == 1, err
+    assert message in err
 
 
-def test_bench_rejects_a_device_it_cannot_use(capsys):
-    assert cli.main(["bench", "--device", "nonsense"]) == 2
-    assert "'--device'" in capsys.readouterr().err
+@pytest.mark.parametrize("device", ["nonsense", "meta", "cuda:7"])
+def test_bench_refuses_a_device_it_cannot_use_before_measuring(device, capsys, monkeypatch):
+    from graphattn.bench import suite as bench_run
+
+    monkeypatch.setattr(bench_run, "matmul_gflops", lambda *a, **k: pytest.fail("measured before the check"))
+    assert cli.main(["bench", "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("graphattn bench: error: Expected '--device'") and err.count("\n") == 1, err
+
+
+def test_commands_import_no_heavy_module_and_the_core_no_command():
+    code = ("import sys; import graphattn, graphattn.prune, graphattn.interop, graphattn.steps; "
+            "core = sorted(m for m in sys.modules if m.startswith(('graphattn.cli', 'graphattn.bench'))); "
+            "import graphattn.cli as c; c.build_parser(); "
+            "print(core, sorted(m for m in ('matplotlib',) if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[] []"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from graphattn import corpus
+from graphattn.prune import corpus
 
 
 class WordTokenizer:

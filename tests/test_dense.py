@@ -95,7 +95,7 @@ def test_minus_inf_bias_row_is_zero_and_biases_are_independent():
 
 
 def test_bad_mask_shape_and_heads():
-    with pytest.raises(ValueError, match=r"'mask' to broadcast to \(..., H, L, S\) = \(1, 3, 3\) \(got \(2, 2\)\)"):
+    with pytest.raises(ValueError, match=r"'mask' to be broadcastable to \(..., H, L, S\) = \(1, 3, 3\) \(got \(2, 2\)\)"):
         dense.six_steps(torch.randn(3, 4), *(torch.eye(4),) * 3, mask=torch.ones(2, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match="heads"):
         dense.six_steps(torch.randn(3, 4), *(torch.eye(4),) * 3, heads=0)

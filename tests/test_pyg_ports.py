@@ -15,7 +15,7 @@ from torch_geometric.nn import global_add_pool
 from torch_geometric.utils import to_torch_csc_tensor
 
 import graphattn as ga
-import graphattn.dispatch
+import graphattn.routing
 from tests.conftest import assert_close
 
 X = torch.randn(8, 3, generator=torch.Generator().manual_seed(1))
@@ -89,7 +89,7 @@ def test_attention_explainer_equals_pyg(index):
 def test_attention_explainer_leaves_the_fast_path_only_while_it_runs():
     ours, _ = twin_models()
     explain(ours, AttentionExplainer())
-    assert not ga.dispatch.needs_propagate(ours.conv1)  # its hooks are removed again
+    assert not ga.routing.needs_propagate(ours.conv1)  # its hooks are removed again
 
 
 # -- test/explain/algorithm/test_gnn_explainer.py ---------------------------------------------------

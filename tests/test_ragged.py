@@ -1,10 +1,10 @@
-"""``graphattn.ragged.batched_attention`` against attention on the explicit per-graph edges."""
+"""``graphattn.ops.batched_attention`` against attention on the explicit per-graph edges."""
 
 import pytest
 import torch
 
 import graphattn as ga
-from graphattn.ragged import batched_attention
+from graphattn.ops.ragged import batched_attention
 from tests.conftest import DTYPES, assert_close
 
 PATTERNS = [pytest.param(ga.patterns.full(), id="full"), pytest.param(ga.patterns.causal(), id="causal"),
@@ -20,7 +20,7 @@ def test_equals_attention_on_batch_sequences(pattern, need_weights, dtype):
     N, H, D = sum(lengths), 2, 3
     q, k, v = (torch.randn(N, H, D, dtype=dtype, requires_grad=True) for _ in range(3))
     out, alpha = batched_attention(q, k, v, pattern, batch, need_weights=need_weights)
-    ref, ref_alpha = ga.attention(q, k, v, edge_index)
+    ref, ref_alpha = ga.attention(q, k, v, edge_index, need_weights=True)
     assert_close(out, ref)
     loss = (out * torch.linspace(-1, 1, out.numel(), dtype=dtype).view_as(out)).sum()
     loss_r = (ref * torch.linspace(-1, 1, out.numel(), dtype=dtype).view_as(out)).sum()

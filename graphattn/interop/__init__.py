@@ -2,26 +2,34 @@
 
 - :mod:`graphattn.interop.hf`: run Hugging Face transformers models (BERT,
   GPT-2, ...) with every attention layer as graph attention
-  (``attn_implementation="graphattn"``), the packaged all-MiniLM-L6-v2 loader,
-  sentence embeddings, and the per-layer sparsity hook.
+  (``attn_implementation="graphattn"``; call :func:`register` first, or load
+  with :func:`load_model`), the packaged all-MiniLM-L6-v2 loader, sentence
+  embeddings, and the per-layer hooks :func:`sparsity` and :func:`recording`.
+- :mod:`graphattn.interop.hooks`: the attention function transformers calls,
+  and the per-module state of those hooks.
 - :mod:`graphattn.interop.masks`: transformers' attention masks as one
   disjoint graph per batch (padding = absent nodes), sparsity intersected in.
 - :mod:`graphattn.interop.records`: :class:`AttentionRecord`, the per-sentence
   attention graphs (tokens, ``edge_index`` and ``alpha`` per layer) that the
   analysis, plotting and pruning code consume.
-- :mod:`graphattn.interop.explain`: the ``graphattn explain`` command.
+- :mod:`graphattn.interop.hf_conv`: :func:`attention_conv_from_hf`, the way
+  to get an :class:`~graphattn.AttentionConv` from a Hugging Face attention
+  module.
+- :mod:`graphattn.interop.explain`: what one token attends to, per layer and
+  head (the library side of ``graphattn explain``).
 
 ``nn.MultiheadAttention`` interop lives on the layer itself
-(``AttentionConv.from_multihead_attention``). Nothing heavy is imported here:
-the names below load transformers on first use.
+(``AttentionConv.from_multihead_attention``). Nothing heavy is imported and
+nothing is registered here: transformers is loaded, and ``"graphattn"``
+registered, on first use.
 """
 
 import importlib
 
 _LAZY = {
-    "register": "hf", "graph_attention_forward": "hf", "sparsity": "hf", "attention_conv_from_hf": "hf",
-    "load_minilm": "hf", "sentence_embeddings": "hf",
-    "AttentionRecord": "records", "attention_records": "records",
+    "register": "hf", "graph_attention_forward": "hooks", "sparsity": "hf", "recording": "hf",
+    "check_model": "hf", "load_model": "hf", "load_minilm": "hf", "sentence_embeddings": "hf",
+    "attention_conv_from_hf": "hf_conv", "AttentionRecord": "records", "attention_records": "records",
 }
 
 __all__ = sorted(_LAZY)

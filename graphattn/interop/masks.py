@@ -2,22 +2,52 @@
 
 A padded batch of B sequences, L queries and S keys each, becomes one graph:
 query i of sequence b is node ``b * L + i``, key j is node ``b * S + j``, and
-an edge ``(j, i)`` exists where the mask allows it. A token that no query may
-read (padding) is an absent node: its own query row loses its edges too, so its
-output is exactly 0. Sparsity (a Pattern in each sequence's token positions,
-or a bool mask, possibly per head) can only remove edges. Per-head edge sets
-share one graph, the union, with ``edge_bias = -inf`` on the heads that lack
-an edge.
+an edge ``(j, i)`` exists where the mask allows it. Every conversion goes
+through :mod:`graphattn.graphs` on the stacked layout, the B sequences one
+under the other as a ``(B * L, S)`` mask (row ``b * L + i``, column j).
+
+Padding comes from the model, never from the shape of a mask: the graph mask
+builder (:func:`graphattn.interop.hf.graph_mask`) builds the 4-D mask from the
+model's 2-D ``attention_mask`` and notes which tokens are real
+(:func:`note_padding`). In self-attention a padding token is then an absent
+node: no edge in either direction, so its output row is exactly 0. A 4-D mask
+the caller built is taken as it is: a key that no query reads is a node
+without out-edges, and its own query row keeps its edges.
+
+Sparsity (a Pattern in each sequence's own token positions, or a bool mask,
+possibly per head) can only remove edges. Per-head edge sets share one graph,
+the union, with ``edge_bias = -inf`` on the heads that lack an edge.
+
+The graph of a mask is cached (all layers of a forward pass get the same
+mask); the cache compares the mask's content, so a mask edited in place
+between two forward passes is never served a stale graph. The cache and the
+padding notes are guarded by locks: models may run in several threads.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-__all__ = ["BatchGraph", "graph_from_mask", "base_graph", "sparse_graph", "is_pattern"]
+from graphattn.graphs import dense_to_edge_weights, edge_index_to_mask, edge_weights_to_dense, mask_to_edge_index
+from graphattn.patterns import is_pattern
+
+__all__ = ["BatchGraph", "graph_from_mask", "base_graph", "sparse_graph", "note_padding", "clear_cache"]
+
+
+def _stacked(t: Tensor) -> Tensor:
+    """``(B, Hm, L, S)`` -> ``(Hm, B * L, S)``: the sequences stacked along the queries."""
+    num_b, num_m, num_q, num_k = t.shape
+    return t.transpose(0, 1).reshape(num_m, num_b * num_q, num_k)  # (Hm, B*L, S)
+
+
+def _rows(edge_index: Tensor, num_k: int) -> Tensor:
+    """Batch edges ``(b*S + j, b*L + i)`` -> stacked-layout edges ``(j, b*L + i)``."""
+    return torch.stack([edge_index[0] % num_k, edge_index[1]])  # (2, E)
 
 
 @dataclass(eq=False)
@@ -29,6 +59,8 @@ class BatchGraph:
     (B, Hm, L, S) is the same edge set as a mask (Hm = 1 or H), ``bias`` the
     additive per-edge mask values or None, ``edge_bias`` (E, Hm) what
     ``ops.attention`` gets (-inf where a head lacks an edge of the union).
+    ``valid`` (B, S) marks the real tokens when the model's padding is known
+    (None: every position is a token).
     """
 
     edge_index: Tensor
@@ -36,6 +68,7 @@ class BatchGraph:
     allowed: Tensor
     bias: Tensor | None
     shape: tuple[int, int, int]  # (B, L, S)
+    valid: Tensor | None = None
     derived: dict = field(default_factory=dict)  # per-graph cache, e.g. pattern masks
 
     def positions(self) -> tuple[Tensor, Tensor, Tensor]:
@@ -46,70 +79,114 @@ class BatchGraph:
 
     def dense(self, alpha: Tensor) -> Tensor:
         """Scatter ``alpha (E, H)`` to dense weights ``(B, H, L, S)``, zero off the edges."""
-        b, i, j = self.positions()
-        dense = alpha.new_zeros(*self.shape, alpha.size(1))  # (B, L, S, H)
-        dense[b, i, j] = alpha
-        return dense.permute(0, 3, 1, 2)  # (B, H, L, S)
+        num_b, num_q, num_k = self.shape
+        rows = _rows(self.edge_index, num_k)  # (2, E)
+        dense = edge_weights_to_dense(rows, alpha, (num_k, num_b * num_q))  # (H, B*L, S)
+        return dense.view(-1, num_b, num_q, num_k).transpose(0, 1)  # (B, H, L, S)
 
 
-def graph_from_mask(allowed: Tensor, bias: Tensor | None, drop_absent: bool) -> BatchGraph:
-    """Edges of ``allowed (B, Hm, L, S)``; with ``drop_absent``, a key no query reads loses its query row too."""
+def graph_from_mask(allowed: Tensor, bias: Tensor | None, valid: Tensor | None = None) -> BatchGraph:
+    """Edges of ``allowed (B, Hm, L, S)``; ``valid (B, S)`` (L == S) removes the padding nodes' edges."""
     num_b, num_m, num_q, num_k = allowed.shape
+    if valid is not None:  # a padding token is an absent node: no edge in either direction
+        allowed = allowed & (valid[:, None, :, None] & valid[:, None, None, :])  # (B, Hm, L, S)
     union = allowed.any(dim=1)  # (B, L, S)
-    if drop_absent and num_q == num_k:
-        present = union.any(dim=1)  # (B, S): some query reads token j
-        union = union & present.unsqueeze(-1)  # (B, L, S): absent tokens ask nothing either
-        allowed = allowed & union.unsqueeze(1)  # (B, Hm, L, S)
-    b, i, j = union.nonzero(as_tuple=True)  # (E,) each, sorted by (b, i, j)
-    edge_index = torch.stack([b * num_k + j, b * num_q + i])  # (2, E)
+    rows = mask_to_edge_index(union.reshape(num_b * num_q, num_k))  # (2, E): (j, b*L + i), sorted by (b, i, j)
+    edge_index = torch.stack([rows[1] // num_q * num_k + rows[0], rows[1]])  # (2, E): (b*S + j, b*L + i)
     edge_bias = None
     if bias is not None or num_m > 1:
-        edge_bias = bias[b, :, i, j] if bias is not None else torch.zeros(b.numel(), 1, device=b.device)  # (E, 1|Hm)
+        edge_bias = dense_to_edge_weights(_stacked(bias), rows) if bias is not None else \
+            torch.zeros(rows.size(1), 1, device=rows.device)  # (E, 1 or Hm)
         if num_m > 1:  # (E, Hm): -inf removes the edge from the heads that lack it
-            edge_bias = edge_bias.expand(-1, num_m).masked_fill(~allowed[b, :, i, j], float("-inf"))
-    return BatchGraph(edge_index, edge_bias, allowed, bias, (num_b, num_q, num_k))
+            kept = dense_to_edge_weights(_stacked(allowed), rows)  # (E, Hm)
+            edge_bias = edge_bias.expand(-1, num_m).masked_fill(~kept, float("-inf"))
+    return BatchGraph(edge_index, edge_bias, allowed, bias, (num_b, num_q, num_k), valid)
 
 
-_CACHE: dict = {}  # key -> (mask, graph); the mask is held so that its id stays unique
+# -- padding notes: which masks the graph mask builder made, and from which padding ---------------
+
+_PADDING: dict[int, tuple[weakref.ref, Tensor]] = {}  # id(mask) -> (weak ref to the mask, valid (B, S))
+_PADDING_LOCK = threading.RLock()  # re-entrant: a weakref callback may run while the lock is held
+
+
+def note_padding(mask: Tensor, valid: Tensor) -> None:
+    """Record that ``mask (B, 1, L, S)`` was built from the model's padding, ``valid (B, S)`` True = real token."""
+    key = id(mask)
+
+    def forget(ref: weakref.ref) -> None:
+        with _PADDING_LOCK:
+            if _PADDING.get(key, (None,))[0] is ref:
+                del _PADDING[key]
+
+    with _PADDING_LOCK:
+        _PADDING[key] = (weakref.ref(mask, forget), valid)
+
+
+def _padding_of(mask: Tensor) -> Tensor | None:
+    with _PADDING_LOCK:
+        entry = _PADDING.get(id(mask))
+    return entry[1] if entry is not None and entry[0]() is mask else None
+
+
+# -- the mask -> graph cache ------------------------------------------------------------------------
+
+_CACHE: list = []  # [(key, mask copy or None, valid or None, graph)], oldest first
 _CACHE_SIZE = 4  # self- and cross-attention masks of one forward pass fit
+_CACHE_LOCK = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Forget every cached graph (they are rebuilt on the next forward pass)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def _same(a: Tensor | None, b: Tensor | None) -> bool:
+    """Equal content (both None, or the same shape and values)."""
+    return a is b or (a is not None and b is not None and a.shape == b.shape and torch.equal(a, b))
 
 
 def base_graph(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool,
                device, self_attention: bool = True) -> BatchGraph:
-    """The graph of a transformers mask, cached on the mask object (shared by all layers of a forward).
+    """The graph of a transformers mask, cached on the mask's content (shared by all layers of a forward).
 
-    With ``self_attention`` (queries and keys are the same tokens), a token that
-    no query may read is padding: its query row loses its edges too.
+    With ``self_attention`` (queries and keys are the same tokens) and a mask
+    built from the model's padding, padding tokens are absent nodes.
     """
+    if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[-2:] != (num_q, num_k)):
+        raise ValueError(f"Expected 'attention_mask' to have shape (B, 1 or H, {num_q}, {num_k}) "
+                         f"(got {tuple(attention_mask.shape)})")
+    valid = _padding_of(attention_mask) if attention_mask is not None and self_attention and num_q == num_k else None
     key = (num_b, num_q, num_k, causal, str(device), self_attention,
-           None if attention_mask is None else id(attention_mask))
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is attention_mask:
-        return hit[1]
-    drop = self_attention
+           None if attention_mask is None else (tuple(attention_mask.shape), attention_mask.dtype))
+    with _CACHE_LOCK:
+        for k, mask, v, graph in reversed(_CACHE):
+            if k == key and _same(mask, attention_mask) and _same(v, valid):
+                return graph
+    graph = _build(attention_mask, num_b, num_q, num_k, causal, device, valid)
+    with _CACHE_LOCK:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(0)  # the oldest entry
+        _CACHE.append((key, None if attention_mask is None else attention_mask.detach().clone(), valid, graph))
+    return graph
+
+
+def _build(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool, device,
+           valid: Tensor | None) -> BatchGraph:
     if attention_mask is None:  # SDPA semantics: causal (upper-left, j <= i) or complete
         q = torch.arange(num_q, device=device).unsqueeze(1)  # (L, 1)
         kv = torch.arange(num_k, device=device).unsqueeze(0)  # (1, S)
         allowed = (kv <= q) if causal else torch.ones(num_q, num_k, dtype=torch.bool, device=device)  # (L, S)
-        graph = graph_from_mask(allowed.expand(num_b, 1, num_q, num_k), None, drop_absent=False)
-    elif attention_mask.dim() != 4 or attention_mask.size(-2) != num_q or attention_mask.size(-1) != num_k:
-        raise ValueError(f"Expected 'attention_mask' to have shape (B, 1 or H, {num_q}, {num_k}) "
-                         f"(got {tuple(attention_mask.shape)})")
-    elif attention_mask.dtype == torch.bool:  # True = may attend
-        graph = graph_from_mask(attention_mask.expand(num_b, -1, -1, -1), None, drop_absent=drop)
-    else:  # additive: finfo.min or -inf blocks, other values are a bias on the edge
-        mask = attention_mask.expand(num_b, -1, -1, -1)  # (B, Hm, L, S)
-        allowed = mask > torch.finfo(mask.dtype).min / 2  # (B, Hm, L, S)
-        bias = mask if bool((mask.masked_fill(~allowed, 0) != 0).any()) else None
-        graph = graph_from_mask(allowed, bias, drop_absent=drop)
-    if len(_CACHE) >= _CACHE_SIZE:
-        _CACHE.pop(next(iter(_CACHE)))  # the oldest entry
-    _CACHE[key] = (attention_mask, graph)
-    return graph
+        return graph_from_mask(allowed.expand(num_b, 1, num_q, num_k), None)
+    mask = attention_mask.expand(num_b, -1, -1, -1)  # (B, Hm, L, S)
+    if mask.dtype == torch.bool:  # True = may attend
+        return graph_from_mask(mask, None, valid)
+    allowed = mask > torch.finfo(mask.dtype).min / 2  # additive: finfo.min or -inf blocks; (B, Hm, L, S)
+    bias = mask if bool((mask.masked_fill(~allowed, 0) != 0).any()) else None  # other values bias the edge
+    return graph_from_mask(allowed, bias, valid)
 
 
-def is_pattern(obj) -> bool:
-    return hasattr(obj, "edge_index") and hasattr(obj, "mask") and not isinstance(obj, Tensor)
+# -- sparsity ---------------------------------------------------------------------------------------
 
 
 def pattern_mask(pattern, graph: BatchGraph) -> Tensor:
@@ -119,15 +196,19 @@ def pattern_mask(pattern, graph: BatchGraph) -> Tensor:
     num_b, num_q, num_k = graph.shape
     if num_q != num_k:
         raise NotImplementedError(f"A Pattern needs self-attention, L == S (got L={num_q}, S={num_k})")
-    present = graph.allowed.any(dim=1).any(dim=1)  # (B, S): tokens that exist
-    out = torch.zeros(num_b, 1, num_q, num_k, dtype=torch.bool, device=present.device)  # (B, 1, L, S)
-    cache: dict[int, Tensor] = {}
+    device = graph.allowed.device
+    valid = graph.valid if graph.valid is not None else torch.ones(num_b, num_k, dtype=torch.bool, device=device)
+    built: dict[int, Tensor] = {}
+    parts = [torch.empty(2, 0, dtype=torch.long, device=device)]
     for b in range(num_b):
-        idx = present[b].nonzero().squeeze(1)  # (n,) padded positions of the n tokens
-        n = idx.numel()
-        if n not in cache:
-            cache[n] = pattern.mask(n).to(present.device)  # (n, n)
-        out[b, 0, idx.unsqueeze(1), idx.unsqueeze(0)] = cache[n]
+        tokens = valid[b].nonzero().squeeze(1)  # (n,) padded position of each of the sequence's n tokens
+        n = tokens.numel()
+        if n not in built:
+            built[n] = pattern.edge_index(n).to(device)  # (2, E_n) in token ids
+        local = tokens[built[n]]  # (2, E_n): token ids -> padded positions
+        parts.append(torch.stack([local[0], local[1] + b * num_q]))  # (2, E_n): (j, b*L + i)
+    rows = torch.cat(parts, dim=1)  # (2, E)
+    out = edge_index_to_mask(rows, (num_k, num_b * num_q)).view(num_b, 1, num_q, num_k)  # (B, 1, L, S)
     graph.derived[pattern] = out
     return out
 
@@ -152,4 +233,4 @@ def sparse_graph(graph: BatchGraph, spec, layer: int, query: Tensor, key: Tensor
         raise TypeError("Expected the sparsity function to return None, a Pattern or a bool mask (L, S) or "
                         f"(B, H, L, S), True = may attend (got {got})")
     allowed = graph.allowed & keep.to(graph.allowed.device)  # (B, Hm, L, S)
-    return graph_from_mask(allowed, graph.bias, drop_absent=False)
+    return graph_from_mask(allowed, graph.bias, graph.valid)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from graphattn.graphs import edge_index_to_mask, edge_weights_to_dense
+
 __all__ = ["AttentionRecord", "attention_records"]
 
 
@@ -42,6 +44,10 @@ class AttentionRecord:
         Attention weights on the edges of ``edge_index[l]``: for each query i
         and head h they sum to 1 over the edges into i (0 on an edge a head
         does not keep, under a per-head sparsity mask). Detached, on the CPU.
+        These are the weights as the model used them: recorded in ``train()``
+        mode with attention dropout, they are taken after dropout (0 on a
+        dropped edge, the others scaled by ``1 / (1 - p)``), and rows no
+        longer sum to 1; call ``model.eval()`` first for the model's weights.
     hidden_states : list of Tensor, each shape (N, F), or None
         The embedding output and the output of every layer (``layers + 1``
         entries) when requested.
@@ -84,20 +90,12 @@ class AttentionRecord:
         Zero where there is no edge. Memory grows as N^2: meant for short inputs.
         """
         layers = range(self.num_layers) if layer is None else [layer]
-        n = len(self.tokens)
-        out = []
-        for idx in layers:
-            src, dst = self.edge_index[idx]
-            alpha = self.alphas[idx]
-            weights = alpha.new_zeros(n, n, alpha.size(1))  # (N, N, H)
-            weights[dst, src] = alpha
-            out.append(weights.permute(2, 0, 1))  # (H, N, N)
+        out = [edge_weights_to_dense(self.edge_index[idx], self.alphas[idx], len(self.tokens))  # (H, N, N)
+               for idx in layers]
         return torch.stack(out) if layer is None else out[0]  # (layers, H, N, N) or (H, N, N)
 
     def mask(self, layer: int = 0) -> Tensor:
         """The edge set of ``layer`` as a bool ``(N, N)`` mask, True = may attend."""
-        from graphattn.graphs import edge_index_to_mask
-
         return edge_index_to_mask(self.edge_index[layer], len(self.tokens))
 
     def find(self, word: str) -> list[int]:
@@ -107,18 +105,25 @@ class AttentionRecord:
 
 
 def _split(calls: list, valid: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
-    """Per sequence, per layer ``(edge_index, alpha)`` in local token ids, from recorded batch graphs."""
+    """Per sequence, per layer ``(edge_index, alpha)`` in local token ids, from recorded batch graphs.
+
+    Only edges between real tokens (``valid (B, T)``) are kept: a graph whose
+    padding the bridge did not know (a 4-D mask) may hold padding queries.
+    """
     compact = torch.cumsum(valid.long(), dim=1) - 1  # (B, T): padded position -> token id
     per_seq: list[list] = [[] for _ in range(valid.size(0))]
     shared: dict = {}
     for _, graph, alpha in sorted(calls, key=lambda c: c[0]):
-        b, i, j = (t.cpu() for t in graph.positions())  # (E,) each, sorted by (b, i, j)
-        counts = torch.bincount(b, minlength=valid.size(0)).tolist()
         if id(graph) not in shared:  # one local edge_index per graph, shared by the layers that use it
-            local = torch.stack([compact[b, j], compact[b, i]])  # (2, E)
-            shared[id(graph)] = local.split(counts, dim=1)
-        for seq, (edges, a) in enumerate(zip(shared[id(graph)], alpha.cpu().split(counts))):
-            per_seq[seq].append((edges, a))
+            b, i, j = (t.cpu() for t in graph.positions())  # (E,) each, sorted by (b, i, j)
+            real = valid[b, i] & valid[b, j]  # (E,)
+            b, i, j = b[real], i[real], j[real]
+            counts = torch.bincount(b, minlength=valid.size(0)).tolist()
+            local = torch.stack([compact[b, j], compact[b, i]])  # (2, E')
+            shared[id(graph)] = (real, counts, local.split(counts, dim=1))
+        real, counts, edges = shared[id(graph)]
+        for seq, (e, a) in enumerate(zip(edges, alpha.cpu()[real].split(counts))):
+            per_seq[seq].append((e, a))
     return per_seq
 
 
@@ -135,11 +140,11 @@ def attention_records(model, tokenizer, texts: list[str] | str, *, batch_size: i
         :func:`graphattn.interop.hf.sparsity` block the records hold the kept edges.
     tokenizer : the model's tokenizer
     texts : str or list of str
-    batch_size : int
+    batch_size : int, default 32
         Texts per forward pass (padded to the longest in the batch).
-    max_length : int
+    max_length : int, default 512
         Longer inputs are truncated to this many tokens (512, BERT's limit).
-    hidden_states : bool
+    hidden_states : bool, default False
         Also keep every layer's hidden states.
 
     Returns
@@ -151,12 +156,14 @@ def attention_records(model, tokenizer, texts: list[str] | str, *, batch_size: i
     ------
     ValueError
         If ``model`` does not run with ``attn_implementation="graphattn"``.
+    NotImplementedError
+        If ``model`` does not route attention through ``AttentionInterface``.
     TypeError
         If ``texts`` is not a str or a list of str.
     """
-    from graphattn.interop.hf import _check_model, recording
+    from graphattn.interop.hf import check_model, recording
 
-    _check_model(model)
+    check_model(model)
     texts = [texts] if isinstance(texts, str) else texts
     if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
         raise TypeError(f"Expected 'texts' to be a str or a list of str (got {type(texts).__name__})")

@@ -4,7 +4,7 @@ A spec names a pattern family and its parameters, ``family[:args]``, where
 ``args`` are comma-separated ``key=value`` pairs or positional values in the
 order listed below. ``a|b`` is the union of two specs and ``a&b`` their
 intersection (``&`` binds tighter). Each spec becomes a :class:`Spec` whose
-``keep(weights)`` gives the kept edges of one layer for every head: fixed
+``keep(weights, valid)`` gives the kept edges of one layer for every head: fixed
 patterns come from :mod:`graphattn.patterns`; ``topk`` and ``threshold`` are
 chosen from the dense weights of the layer and head they prune.
 """
@@ -18,8 +18,13 @@ import torch
 from torch import Tensor
 
 from graphattn import patterns
+from graphattn.prune.topk import budget_mask
+from graphattn.validate import check_int
 
-__all__ = ["Spec", "parse_spec", "SPEC_HELP", "topk_keep", "threshold_keep", "budget_keep"]
+__all__ = ["Spec", "parse_spec", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
+
+DEFAULT_PATTERNS = ["window:2", "window:8", "window:32", "longformer:window=16,global=0",
+                    "bigbird:block=8,random=1", "random:16", "strided:16", "topk:4", "topk:16", "threshold:0.02"]
 
 SPEC_HELP = """\
 full                                complete graph (dense attention)
@@ -40,60 +45,9 @@ threshold:0.01                      keys whose dense weight is >= 0.01, per laye
 a|b, a&b                            union, intersection, e.g. window:4|global:0"""
 
 
-def topk_keep(weights: Tensor, k: int) -> Tensor:
-    """The k highest-weight keys of each query, per head; ties to the lower key.
-
-    Parameters
-    ----------
-    weights : Tensor, shape (H, L, S)
-        Dense weights or scores (same ranking).
-    k : int
-        Keys per query; k >= S keeps all.
-
-    Returns
-    -------
-    Tensor, shape (H, L, S), dtype bool
-        Equal, head by head, to ``graphattn.patterns.topk(weights[h], k).mask()``.
-    """
-    counts = torch.full(weights.shape[-2:-1], min(k, weights.shape[-1]), dtype=torch.long)  # (L,)
-    return budget_keep(weights, counts)
-
-
 def threshold_keep(weights: Tensor, tau: float) -> Tensor:
-    """Keys whose dense weight reaches ``tau``, per head: (H, L, S) -> (H, L, S) bool."""
+    """Keys whose dense weight reaches ``tau``, per head: (..., L, S) -> (..., L, S) bool."""
     return weights >= tau
-
-
-def budget_keep(weights: Tensor, counts: Tensor) -> Tensor:
-    """Oracle top-k with a per-query budget: query i keeps its ``counts[i]`` highest-weight keys.
-
-    Ties go to the lower key j, as in :func:`graphattn.patterns.topk`.
-
-    Parameters
-    ----------
-    weights : Tensor, shape (H, L, S)
-    counts : Tensor, shape (L,), int in [0, S]
-        Keys per query, e.g. a fixed pattern's in-degrees, so the oracle keeps
-        exactly as many edges as the pattern, query by query.
-
-    Returns
-    -------
-    Tensor, shape (H, L, S), dtype bool
-    """
-    counts = counts.view(1, -1, 1)  # (1, L, 1)
-    k_max = int(counts.max()) if counts.numel() else 0
-    if k_max == 0:
-        return torch.zeros_like(weights, dtype=torch.bool)
-    # fast path: keep every key at least as heavy as the counts[i]-th heaviest (torch.topk, no full sort)
-    top = weights.topk(k_max, dim=-1, sorted=True).values  # (H, L, k_max) descending
-    kth = top.gather(-1, (counts.clamp(min=1) - 1).expand(*top.shape[:-1], 1))  # (H, L, 1)
-    keep = (weights >= kth) & (counts > 0)  # (H, L, S)
-    if bool((keep.sum(-1, keepdim=True) == counts).all()):
-        return keep
-    # a tie at the boundary: rank by a stable sort, so ties go to the lower key
-    order = weights.sort(dim=-1, descending=True, stable=True).indices  # (H, L, S)
-    ranks = torch.empty_like(order).scatter_(-1, order, torch.arange(order.shape[-1]).expand_as(order))  # (H, L, S)
-    return ranks < counts  # (H, L, S)
 
 
 @dataclass
@@ -116,7 +70,7 @@ class Spec:
     name: str
     family: str
     pattern: patterns.Pattern | None = None
-    _select: Callable[[Tensor], Tensor] | None = field(default=None, repr=False)
+    _select: Callable[[Tensor, Tensor], Tensor] | None = field(default=None, repr=False)  # (weights, valid)
     _masks: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -129,11 +83,40 @@ class Spec:
             self._masks[n] = self.pattern.mask(n)  # (n, n)
         return self._masks[n]
 
-    def keep(self, weights: Tensor) -> Tensor:
-        """Kept edges of one layer: dense weights (H, L, L) -> (H, L, L) bool, True = may attend."""
+    def keep(self, weights: Tensor, valid: Tensor | None = None) -> Tensor:
+        """Kept edges of one layer, for every head, inside the model's own graph.
+
+        Parameters
+        ----------
+        weights : Tensor, shape (..., L, L)
+            Dense weights of the layer (rows = queries, softmax over the valid keys).
+        valid : Tensor, shape (..., L, L), dtype bool, optional
+            The model's graph (padding, causality), broadcastable to
+            ``weights``; a sequence's tokens are those some query reads, and a
+            fixed pattern is laid over them in order (so left and right padding
+            agree). Default: every edge.
+
+        Returns
+        -------
+        Tensor, dtype bool
+            True = may attend, inside ``valid``: shape ``valid.shape`` for a
+            fixed pattern (one mask for all heads), ``weights.shape`` otherwise.
+        """
+        if valid is None:
+            valid = torch.ones(weights.shape[-2:], dtype=torch.bool, device=weights.device)  # (L, L)
         if self.pattern is not None:
-            return self.pattern_mask(weights.shape[-1]).expand(weights.shape)  # (H, L, L)
-        return self._select(weights)
+            return self._placed(valid)
+        return self._select(weights, valid) & valid
+
+    def _placed(self, valid: Tensor) -> Tensor:
+        """The fixed pattern on each sequence's own tokens, inside ``valid (..., L, L)``."""
+        present = valid.any(-2).reshape(-1, valid.shape[-1])  # (sequences, L): tokens that exist
+        out = torch.zeros(present.shape[0], valid.shape[-2], valid.shape[-1], dtype=torch.bool,
+                          device=valid.device)  # (sequences, L, L)
+        for sequence, tokens in zip(out, present):
+            where = tokens.nonzero().squeeze(1)  # (n,): positions of the n tokens
+            sequence[where.unsqueeze(1), where] = self.pattern_mask(where.numel()).to(valid.device)  # (n, n)
+        return out.view(valid.shape) & valid  # (..., L, L)
 
 
 def _value(family: str, key: str, text: str, kind):
@@ -168,7 +151,9 @@ _FAMILIES = {
 
 
 def _bad(text: str, why: str) -> ValueError:
-    return ValueError(f"Expected a pattern spec (got {text!r}: {why}). Valid specs:\n{SPEC_HELP}")
+    """The one spec error: the first line names the families (what the command prints), then examples."""
+    return ValueError(f"Expected a pattern spec family[:args], family one of {', '.join(_FAMILIES)} "
+                      f"(got {text!r}: {why}); see 'graphattn prune --help'. Valid specs:\n{SPEC_HELP}")
 
 
 def _window(left=None, right=None, dilation=1):
@@ -201,13 +186,15 @@ def _atom(text: str) -> Spec:
         if family == "window":
             pat = _window(**kwargs)
         elif family == "topk":
-            k = patterns._int("k", kwargs["k"], 1)
-            return Spec(text, f"topk_{k}", "topk", None, lambda w: topk_keep(w, k))
+            k = check_int("k", kwargs["k"], low=1)
+            # min(k, valid keys) per query: padding rows keep 0, so no tie among their equal weights
+            return Spec(text, f"topk_{k}", "topk", None,
+                        lambda w, valid: budget_mask(w, valid.sum(-1).clamp(max=k)))
         elif family == "threshold":
             tau = kwargs["tau"]
             if not 0.0 <= tau <= 1.0:
                 raise ValueError(f"Expected 'tau' to be a weight in [0, 1] (got {tau})")
-            return Spec(text, f"threshold_{tau:g}", "threshold", None, lambda w: threshold_keep(w, tau))
+            return Spec(text, f"threshold_{tau:g}", "threshold", None, lambda w, valid: threshold_keep(w, tau))
         else:
             pat = build(**kwargs)
     except KeyError as err:
@@ -226,10 +213,10 @@ def _combine(text: str, op: str, parts: list[Spec]) -> Spec:
         return Spec(text, pat.name, family, pat)
     reduce = torch.logical_or if op == "|" else torch.logical_and
 
-    def select(weights: Tensor) -> Tensor:
-        keep = parts[0].keep(weights)  # (H, L, L)
+    def select(weights: Tensor, valid: Tensor) -> Tensor:
+        keep = parts[0].keep(weights, valid)  # (..., L, L)
         for p in parts[1:]:
-            keep = reduce(keep, p.keep(weights))  # (H, L, L)
+            keep = reduce(keep, p.keep(weights, valid))  # (..., L, L)
         return keep
 
     return Spec(text, op.join(p.name for p in parts), family, None, select)

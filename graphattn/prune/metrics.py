@@ -116,6 +116,7 @@ def kl_sparse_dense(scores: Tensor, keep: Tensor, valid: Tensor | None = None) -
             raise ValueError("Expected 'keep' to lie inside 'valid' (got kept edges outside the dense graph)")
         log_p = torch.log_softmax(scores.masked_fill(~valid, neg), dim=-1)  # (..., L, S)
     log_q = torch.log_softmax(scores.masked_fill(~keep, neg), dim=-1)  # (..., L, S)
+    log_q = log_q.masked_fill(~keep, 0.0)  # (..., L, S): exp() of the dropped keys' -inf is slow on CPU
     term = torch.where(keep, log_q.exp() * (log_q - log_p), torch.zeros_like(scores))  # (..., L, S)
     kl = term.sum(-1).clamp(min=0.0)  # (..., L); clamp float noise below 0
     return kl.masked_fill(~keep.any(-1), float("inf"))  # (..., L)

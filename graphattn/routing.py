@@ -19,20 +19,16 @@ from torch import Tensor
 
 from graphattn import ops
 from graphattn.graphs import to_edge_index
-from graphattn.ragged import batched_attention, group_sizes, per_graph_edges
+from graphattn.ops.ragged import group_sizes, per_graph_edges
+from graphattn.patterns import is_pattern
 from graphattn.validate import message
 
-__all__ = ["needs_propagate", "is_pattern", "resolve", "attend"]
+__all__ = ["needs_propagate", "resolve", "attend"]
 
 _HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
           "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
           "_message_and_aggregate_forward_pre_hooks", "_message_and_aggregate_forward_hooks",
           "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
-
-
-def is_pattern(obj) -> bool:
-    """True for a :class:`graphattn.patterns.Pattern` (duck-typed: ``kind`` and ``edge_index(L, S)``)."""
-    return not isinstance(obj, Tensor) and hasattr(obj, "kind") and callable(getattr(obj, "edge_index", None))
 
 
 def needs_propagate(module) -> bool:
@@ -100,11 +96,11 @@ def resolve(edge_index, size, batch: Tensor | None, S: int, L: int, need_edges: 
 
 
 def attend(query: Tensor, key: Tensor, value: Tensor, graph, batch: Tensor | None = None, **kwargs):
-    """The fast kernels: :func:`graphattn.ragged.batched_attention` for a pattern with a batch, else
+    """The fast kernels: :func:`graphattn.ops.batched_attention` for a pattern with a batch, else
     :func:`graphattn.attention`; ``kwargs`` (``edge_bias``, ``dropout``, ``training``, ``need_weights``) pass on."""
     if is_pattern(graph) and batch is not None:
         if kwargs.get("edge_bias") is not None:
             raise ValueError(message("edge_bias", "None with a pattern and 'batch'", "a Tensor"))
         kwargs.pop("edge_bias", None)
-        return batched_attention(query, key, value, graph, batch, **kwargs)
+        return ops.batched_attention(query, key, value, graph, batch, **kwargs)
     return ops.attention(query, key, value, graph, **kwargs)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphattn.graphs import batch_sequences
+from graphattn.ops.dispatch import attention, check_qkv
 from graphattn.validate import check_tensor, message
 
 __all__ = ["batched_attention", "group_sizes", "per_graph_edges"]
@@ -119,9 +120,7 @@ def batched_attention(query: Tensor, key: Tensor, value: Tensor, pattern, batch:
     NotImplementedError
         A pattern that has no per-graph edges (e.g. one fixed to a length).
     """
-    from graphattn import ops
-
-    ops.check_qkv(query, key, value)
+    check_qkv(query, key, value)
     N, H, D = query.shape
     if key.size(0) != N:
         raise ValueError(message("key", f"one row per node, N = {N} (attention within each graph)",
@@ -130,7 +129,7 @@ def batched_attention(query: Tensor, key: Tensor, value: Tensor, pattern, batch:
     kind = getattr(pattern, "kind", None)
     if kind not in RAGGED_KINDS:
         edge_index = per_graph_edges(counts, pattern)  # (2, E): the pattern inside each graph
-        return ops.attention(query, key, value, edge_index.to(query.device), scale=scale, dropout=dropout,
+        return attention(query, key, value, edge_index.to(query.device), scale=scale, dropout=dropout,
                              training=training, need_weights=need_weights)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     p = dropout if training else 0.0

@@ -26,8 +26,10 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["MIN_WORDS", "pydoc_paragraphs", "chunk_text", "pydoc_passages", "read_passages", "select_evenly"]
+__all__ = ["DEFAULT_LIMIT", "CHARS_PER_TOKEN", "MIN_WORDS", "pydoc_paragraphs", "chunk_text", "pydoc_passages", "read_passages", "select_evenly"]
 
+DEFAULT_LIMIT = 48  # passages ``graphattn prune`` samples by default
+CHARS_PER_TOKEN = 20  # a WordPiece token of English is ~4-5 characters: 20 leaves a wide margin
 MIN_WORDS = 8  # shorter paragraphs are mostly captions and list fragments
 _UNDERLINE = re.compile(r"^[*=\-~^\"]{3,}$")
 _SENTENCE_END = re.compile(r"(?<=[.!?:])\s+(?=[A-Z\"(])")
@@ -169,11 +171,19 @@ def pydoc_passages(tokenizer, max_length: int = 128, limit: int | None = None) -
     return select_evenly(chunks, limit)
 
 
-def read_passages(path: str | os.PathLike, limit: int | None = None) -> list[str]:
+def read_passages(path: str | os.PathLike, limit: int | None = None, max_length: int | None = None) -> list[str]:
     """A user's passages from a UTF-8 text file, one per line (blank lines skipped).
 
-    Passages longer than the model's budget are truncated by the tokenizer
-    when the experiment encodes them (``max_length``).
+    Parameters
+    ----------
+    path : str or PathLike
+    limit : int, optional
+        Number of passages, evenly spaced over the file's lines (default: all).
+    max_length : int, optional
+        The experiment's token budget: each line is cut to
+        ``CHARS_PER_TOKEN * max_length`` characters before anything tokenizes
+        it (the tokenizer truncates the rest to ``max_length`` tokens), so a
+        huge one-line file is never tokenized whole. Default: no cut.
 
     Raises
     ------
@@ -184,8 +194,9 @@ def read_passages(path: str | os.PathLike, limit: int | None = None) -> list[str
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Expected '--text' to name a text file with one passage per line (got {str(path)!r}: no such file)")
+    cap = None if max_length is None else CHARS_PER_TOKEN * max_length
     with open(path, encoding="utf-8") as f:
-        lines = [" ".join(line.split()) for line in f]
+        lines = [" ".join(line[:cap].split()) for line in f]
     lines = [line for line in lines if line]
     if not lines:
         raise ValueError(f"Expected '--text' file {str(path)!r} to hold at least one non-blank line (got none)")

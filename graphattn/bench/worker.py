@@ -1,0 +1,265 @@
+"""One benchmark case, measured in a fresh interpreter: inputs, the call, time and peak memory.
+
+See :mod:`graphattn.bench` for what is measured and how.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from graphattn.bench.cases import KEYS, WINDOW, num_edges
+
+__all__ = ["worker", "spawn", "matmul_gflops"]
+
+
+def _memory_probe(device):
+    """``(reset, read)``: reset the peak, then read the peak extra bytes since the reset."""
+    import torch
+
+    if device.type == "cuda":
+        def reset():
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            return torch.cuda.memory_allocated(device)
+
+        def read(base):
+            torch.cuda.synchronize(device)
+            return torch.cuda.max_memory_allocated(device) - base
+
+        return reset, read
+
+    def status(field):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+        raise OSError(f"{field} not in /proc/self/status")
+
+    def reset():
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # VmHWM := VmRSS (Linux >= 4.0)
+        return status("VmRSS:")
+
+    def read(base):  # memory freed during the call can leave the peak below the start: report 0
+        return max(status("VmHWM:") - base, 0)
+
+    return reset, read
+
+
+def _malloc_for_memory_run(on: bool) -> None:
+    """``on``: every buffer of 64 KiB or more is its own mapping, returned to the system when freed, and
+    what glibc keeps of earlier buffers is returned now, so the resident size tracks live memory. ``off``:
+    back to large buffers from the heap (glibc's steady state after warm-up), for the timed runs, since
+    per-buffer mappings cost page faults on every call."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 65536 if on else 32 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 0 if on else 64 << 20)  # M_TRIM_THRESHOLD
+        if on:
+            libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the peak may miss reused freed memory
+        pass
+
+
+def _topk_table(q, k, keys):
+    """Top-``keys`` keys per query of the head-averaged scores, as a bool table (L, S); 1024 rows at a time."""
+    import torch
+
+    from graphattn.prune.topk import topk_mask
+
+    qm, km = q.float().mean(1), k.float().mean(1)  # (L, D), (S, D)
+    table = torch.zeros(q.size(0), k.size(0), dtype=torch.bool, device=q.device)  # (L, S)
+    for i0 in range(0, q.size(0), 1024):
+        table[i0:i0 + 1024] = topk_mask(qm[i0:i0 + 1024] @ km.T, keys)  # (c, D) · (D, S) -> (c, S)
+    return table
+
+
+def _setup(case):
+    """Inputs, structure and the call for one case; returns (run, prep_s, flops)."""
+    import torch
+    import torch.nn.functional as F
+
+    from graphattn import graphs, ops, patterns
+
+    torch.manual_seed(0)
+    device, dtype = torch.device(case["device"]), getattr(torch, case["dtype"])
+    L, H, D, method, pattern, mode = case["L"], case["heads"], case["dim"], case["method"], case["pattern"], case["mode"]
+    grad = mode == "fwdbwd"
+    q, k, v = (torch.randn(L, H, D, device=device, dtype=dtype) for _ in range(3))  # (L, H, D)
+    table = None
+    if pattern == "complete":
+        pat = patterns.full()
+    elif pattern == "window":
+        pat = patterns.window(WINDOW, WINDOW)
+    elif pattern == "random":  # bind (an L x S table for mask_mod) only where a mask is needed
+        pat = patterns.random(KEYS, seed=0)
+        pat = pat.bind(L, L) if method in ("flex", "sdpa_mask") else pat
+    else:
+        table = _topk_table(q, k, KEYS)  # (L, S)
+        pat = None
+    flops = 4 * num_edges(pattern, L) * H * D * (3 if grad else 1)
+    t0 = time.perf_counter()
+    if method in ("graphattn", "pyg"):
+        if pattern == "complete" and method == "graphattn":
+            edges = pat  # the dense path, no edges built
+        elif table is not None:
+            edges = graphs.mask_to_edge_index(table).to(device)
+        else:
+            edges = pat.edge_index(L).to(device)
+        if method != "pyg" and isinstance(edges, torch.Tensor):
+            ops.prepare(edges, L, device=device).tiles()
+    elif method == "sdpa_mask":
+        mask = table if table is not None else pat.mask(L).to(device)  # (L, S)
+    elif method == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        if table is not None:
+            def mask_mod(b, h, q_idx, kv_idx):
+                return table[q_idx, kv_idx]
+        else:
+            mask_mod = pat.mask_mod
+        block_mask = None if pattern == "complete" else create_block_mask(mask_mod, None, None, L, L, device=device)
+        flex = torch.compile(flex_attention, dynamic=False)
+    prep_s = time.perf_counter() - t0
+
+    if method == "pyg":
+        from torch_geometric.nn import TransformerConv
+
+        layer = TransformerConv(H * D, D, heads=H, root_weight=False).to(device=device, dtype=dtype)
+        layer.lin_query = layer.lin_key = layer.lin_value = torch.nn.Identity()  # the attention part only
+        x = torch.randn(L, H * D, device=device, dtype=dtype, requires_grad=grad)  # q = k = v = x (L, H*D)
+        inputs = [x]
+
+        def call():
+            return layer(x, edges)
+    else:
+        if method == "graphattn":
+            inputs = [t.requires_grad_(grad) for t in (q, k, v)]
+
+            def call():
+                return ops.attention(q, k, v, edges, need_weights=False)[0]
+        else:
+            qd, kd, vd = (t.transpose(0, 1).unsqueeze(0).contiguous().requires_grad_(grad) for t in (q, k, v))
+            inputs = [qd, kd, vd]  # (1, H, L, D)
+            if method == "sdpa":
+                def call():
+                    return F.scaled_dot_product_attention(qd, kd, vd)
+            elif method == "sdpa_mask":
+                def call():
+                    return F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask)
+            else:
+                def call():
+                    return flex(qd, kd, vd, block_mask=block_mask)
+
+    def run():
+        if not grad:
+            with torch.no_grad():
+                call()
+            return
+        for t in inputs:
+            t.grad = None
+        out = call()
+        out.backward(torch.ones_like(out))
+
+    return run, prep_s, flops
+
+
+def _sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def worker(case: dict) -> dict:
+    """Run one case in this process and return its measurements."""
+    import gc
+
+    import torch
+
+    if case.get("threads"):
+        torch.set_num_threads(case["threads"])
+    device = torch.device(case["device"])
+    run, prep_s, flops = _setup(case)
+    t0 = time.perf_counter()
+    run()
+    _sync(device)
+    first = time.perf_counter() - t0
+    times = []
+    repeats = case["repeats"] if first < 10.0 else 0
+    if case["method"] == "flex":  # the first call compiles: always time at least one more
+        repeats = case["repeats"] if first < 30.0 else 1
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    times = times or [first]
+    gc.collect()
+    reset, read = _memory_probe(device)
+    _malloc_for_memory_run(True)
+    base = reset()
+    run()
+    peak = read(base)
+    del run
+    gc.collect()
+    _malloc_for_memory_run(False)
+    median = sorted(times)[len(times) // 2]
+    return dict(time_s=median, time_min_s=min(times), runs=len(times), prep_s=prep_s,
+                compile_s=max(first - median, 0.0) if case["method"] == "flex" else None,
+                peak_bytes=peak, gflops=flops / median / 1e9)
+
+
+def _worker_main() -> None:
+    """Measure the cases given as a JSON list on stdin, printing one ``RESULT`` line per case."""
+    for case in json.loads(sys.stdin.read()):
+        print("RESULT " + json.dumps(worker(case)), flush=True)
+
+
+def spawn(cases: list[dict], timeout: float) -> list[dict]:
+    """Run ``worker`` on ``cases`` in a fresh interpreter; a crash or timeout becomes the ``status``
+    of the case it hit, and the cases after it run in a new interpreter."""
+    env = dict(os.environ)
+    code = "from graphattn.bench.worker import _worker_main; _worker_main()"
+    results: list[dict] = []
+    while len(results) < len(cases):
+        todo = cases[len(results):]
+        try:
+            proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(todo), capture_output=True,
+                                  text=True, timeout=timeout * len(todo), env=env)
+            stdout, error = proc.stdout, None
+            if proc.returncode:
+                tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                error = f"failed (rc {proc.returncode}): {tail[:120]}"
+        except subprocess.TimeoutExpired as err:
+            stdout = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+            error = f"timeout > {timeout:.0f} s"
+        done = [dict(status="ok", **json.loads(line[7:])) for line in stdout.splitlines()
+                if line.startswith("RESULT ")]
+        results += done
+        if len(results) < len(cases) and error is not None:
+            results.append(dict(status=error))
+    return results
+
+
+def matmul_gflops(device: str = "cpu", dtype: str = "float32", n: int = 2048, threads: int | None = None) -> float:
+    """GFLOP/s of a plain ``torch.mm`` of two (n, n) matrices (median of 5)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    a = torch.randn(n, n, device=device, dtype=getattr(torch, dtype))
+    a @ a
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a @ a
+        _sync(torch.device(device))
+        times.append(time.perf_counter() - t0)
+    return 2 * n ** 3 / sorted(times)[2] / 1e9

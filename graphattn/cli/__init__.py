@@ -1,0 +1,101 @@
+"""The ``graphattn`` command: ``prune``, ``explain``, ``steps``, ``bench``.
+
+A module per subcommand (:mod:`graphattn.cli.prune`, ...), each with
+``add_arguments(parser)`` and ``main(args) -> int``; the work itself lives in
+the library (``graphattn.prune``, ``graphattn.interop.explain``,
+``graphattn.steps``, ``graphattn.bench``), which imports its heavy
+dependencies (transformers, matplotlib, pandas) inside functions, so
+``graphattn --help`` stays fast.
+
+One error path: a user error (a bad option, value, path or size, a missing
+optional dependency) prints one line ``graphattn <command>: error: ...`` on
+stderr and exits 2, whether argparse or the command found it;
+``GRAPHATTN_TRACEBACK=1`` shows the traceback instead. Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import sys
+
+import graphattn
+
+__all__ = ["COMMANDS", "UsageError", "build_parser", "main"]
+
+# subcommand -> (module with add_arguments(parser) and main(args) -> int, one-line help)
+COMMANDS = {
+    "prune": ("graphattn.cli.prune", "Dense vs sparse attention on a real model: what is lost and saved per pattern."),
+    "explain": ("graphattn.cli.explain", "What a token attends to in a real model, per layer and head, with heatmaps."),
+    "steps": ("graphattn.cli.steps", "The six steps of self-attention on a tiny example, every intermediate printed."),
+    "bench": ("graphattn.cli.bench", "Graph attention against SDPA, FlexAttention and TransformerConv, as ratios."),
+}
+# what a user can cause: a bad value, index, path or size, a missing optional dependency
+USER_ERRORS = (ValueError, IndexError, OSError, OverflowError, MemoryError, ImportError, NotImplementedError)
+INSTALL_ALL = "pip install 'graphattn[all]'"
+
+
+class UsageError(Exception):
+    """A bad command line, found by argparse; carries the parser's ``prog`` (``graphattn prune``)."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is raised (one line, exit 2 in :func:`main`) instead of usage + exit."""
+
+    def error(self, message: str):
+        raise UsageError(self.prog, message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``graphattn`` parser with one subparser per entry of :data:`COMMANDS`."""
+    parser = _Parser(prog="graphattn", description="Self-attention as a graph operation (see README.md).")
+    parser.add_argument("--version", action="version", version=f"graphattn {graphattn.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module_name).add_arguments(p)
+    return parser
+
+
+def _one_line(err: BaseException) -> str:
+    """The error as one line: its first line, with the type for OS errors, an install hint for imports."""
+    lines = str(err).strip().splitlines() or [type(err).__name__]
+    text = re.sub(r"^argument [^:]+: (?=Expected)", "", lines[0])  # our types name the option themselves
+    if isinstance(err, OSError):
+        text = f"{type(err).__name__}: {text}"
+    if isinstance(err, ImportError) and "pip install" not in text:
+        text = f"a dependency is missing ({text}); install it with: {INSTALL_ALL}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``graphattn``; return the exit code (0 success, 1 a failed self-check, 2 a user error, 130 Ctrl-C)."""
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as err:
+        prog = err.prog
+        if prog == parser.prog and argv and argv[0] in COMMANDS:  # an option the command does not know
+            prog = f"{prog} {argv[0]}"
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(importlib.import_module(COMMANDS[args.command][0]).main(args) or 0)
+    except USER_ERRORS as err:
+        if os.environ.get("GRAPHATTN_TRACEBACK"):
+            raise
+        print(f"graphattn {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"graphattn {args.command}: interrupted", file=sys.stderr)
+        return 130

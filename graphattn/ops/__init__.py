@@ -1,0 +1,45 @@
+"""Attention kernels over an edge list: scores, per-target softmax, aggregation, dispatch.
+
+For every edge ``(j, i)`` of ``edge_index`` (row 0 = source = key j, row 1 =
+target = query i) and every head h:
+
+1) score      ``s_ijh = (q_ih · k_jh) * scale (+ edge_bias_ijh)``
+2) softmax    ``alpha_ijh = exp(s_ijh) / sum_{j' -> i} exp(s_ij'h)`` over the incoming edges of i
+3) aggregate  ``y_ih = sum_{j -> i} alpha_ijh v_jh``
+
+A query with no incoming edge gets an exact zero row (DESIGN.md).
+
+Three exact kernels, none of which copies features onto edges (no ``(E, H, D)``
+tensor; extra memory is O(E H) + O(N H D)), a module each:
+
+- :mod:`~graphattn.ops.sdpa`: :func:`torch.nn.functional.scaled_dot_product_attention`
+  (its fused flash kernel when the weights are not requested) when the edge set
+  is the complete graph or the causal DAG: a ``Pattern`` of kind
+  ``"full"``/``"causal"`` (no edge is ever built), or an edge list that is
+  exactly that set (detected in O(E) once per graph).
+- :mod:`~graphattn.ops.block`: graphs whose edges fill at least ``MIN_FILL`` of
+  the 64 x 64 tiles they touch (windows, block-sparse patterns, causal with a
+  bias): dense tiles (GEMM) masked to the edges, one fused softmax per tile row.
+- :mod:`~graphattn.ops.csr`: any graph (random, top-k, duplicate edges): sampled
+  dense-dense matmul, the segment softmax, CSR x dense; backward with the
+  transposed CSR.
+
+The rest, one concept per module: :mod:`~graphattn.ops.dispatch` (the entry
+:func:`attention`, argument checks, :func:`choose_impl`),
+:mod:`~graphattn.ops.structure` (the sorted structure, its tiles and its
+cache, :func:`prepare`), :mod:`~graphattn.ops.softmax` (the one segment
+softmax), :mod:`~graphattn.ops.guard` (exactness for non-finite features) and
+:mod:`~graphattn.ops.shared` (scale, dropout, the edge-bias gradient).
+"block" and "csr" are :class:`torch.autograd.Function` objects with a
+hand-written backward built from the same kernels; gradients equal the dense
+oracle's (float64 gradcheck in ``tests/test_ops.py``).
+"""
+
+from graphattn.ops.dispatch import IMPLS, attention, check_edge_bias, check_qkv, choose_impl
+from graphattn.ops.ragged import batched_attention  # attention within each graph of a PyG batch
+from graphattn.ops.softmax import edge_scores, segment_softmax
+from graphattn.ops.structure import (BLOCK, CACHE_SIZE, MIN_FILL, TILE_FLOATS, _Graph, cache_size, prepare,
+                                     set_cache_size)
+
+__all__ = ["attention", "batched_attention", "prepare", "segment_softmax", "edge_scores", "check_qkv", "check_edge_bias",
+           "choose_impl", "set_cache_size", "cache_size", "IMPLS", "BLOCK", "MIN_FILL", "TILE_FLOATS", "CACHE_SIZE"]

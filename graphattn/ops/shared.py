@@ -1,0 +1,45 @@
+"""Pieces every kernel shares, written once: the scale, the compute dtype, dropout, the edge-bias gradient."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+HALF_TYPES = (torch.float16, torch.bfloat16)
+
+
+def resolve_scale(scale: float | None, channels: int) -> float:
+    """The score scale: ``scale`` itself, or ``1 / sqrt(D)`` when None (the fast and the readable path alike)."""
+    return 1.0 / math.sqrt(channels) if scale is None else float(scale)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype scores, softmax and sums accumulate in: float32 for float16/bfloat16, else ``dtype``.
+
+    SDPA does the same inside its kernels (its CPU math and flash kernels
+    upcast half types); without it a float16 score above 65504 is inf and a
+    bfloat16 score keeps 8 bits.
+    """
+    return torch.float32 if dtype in HALF_TYPES else dtype
+
+
+def draw_keep(like: Tensor, p: float) -> Tensor:
+    """Dropout's keep mask of ``like``'s shape: True with probability ``1 - p``, drawn in place."""
+    return torch.empty_like(like, dtype=torch.bool).bernoulli_(1.0 - p)
+
+
+def apply_keep(x: Tensor, keep: Tensor | None, p: float) -> Tensor:
+    """``x * keep / (1 - p)``: dropout's rescaling (forward weights and their gradient alike); ``x`` if no mask."""
+    return x if keep is None else x * keep / (1.0 - p)
+
+
+def bias_grad(ds: Tensor, bias_heads: int | None, needed: bool) -> Tensor | None:
+    """The gradient of ``edge_bias`` from ``d score (H, E)``: ``(E, H)``, or ``(E, 1)`` for a bias shared by heads.
+
+    None when there is no bias (``bias_heads`` None) or it needs no gradient.
+    """
+    if bias_heads is None or not needed:
+        return None
+    return ds.t() if bias_heads > 1 else ds.sum(0).unsqueeze(-1)  # (E, H) or (E, 1)

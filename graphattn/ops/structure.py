@@ -1,0 +1,286 @@
+"""The sorted structure of a graph: CSR by target, its transpose, the tile layout, and their cache.
+
+Built once per ``edge_index`` tensor or pattern object (:func:`prepare`) and
+kept while it lives; the cache is safe under concurrent use (one lock around
+lookup, insert and eviction, and around the lazily built parts of a graph).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from graphattn.graphs import check_edge_index
+from graphattn.validate import check_int, message
+
+BLOCK = 64  # tile size of the "block" kernel (queries and keys)
+MIN_FILL = 0.25  # "block" when edges fill at least this fraction of the padded tiles
+TILE_FLOATS = 1 << 19  # scores per head and chunk in the block kernel (2 MiB in float32: about the L2 cache)
+CACHE_SIZE = 8  # default number of graphs the structure cache keeps (see set_cache_size)
+
+_LOCK = threading.RLock()  # guards _CACHE, _cache_size and every graph's lazily built parts
+
+
+class _Graph:
+    """Edges sorted by (target, source) as CSR; the transpose and the tile layout on demand."""
+
+    def __init__(self, edge_index: Tensor, num_targets: int, num_sources: int):
+        L, S = num_targets, num_sources
+        src, dst = edge_index.long().clone()  # (E,), (E,) own copies: later edits of the caller's tensor
+        self.L, self.S, self.E = L, S, src.numel()  # cannot reach the cached structure
+        key = dst * S + src  # (E,) row-major position in the (L, S) grid
+        self.perm = None  # sorted = caller[perm]; None when the caller's order is already sorted
+        if self.E > 1 and not bool((key[1:] >= key[:-1]).all()):
+            key, self.perm = torch.sort(key, stable=True)  # (E,), (E,)
+            src, dst = src[self.perm], dst[self.perm]  # (E,), (E,)
+        self.src, self.dst = src, dst
+        self.has_duplicates = self.E > 1 and bool((key[1:] == key[:-1]).any())
+        self.deg = torch.bincount(dst, minlength=L)  # (L,) in-degree of each query
+        self.crow = F.pad(self.deg.cumsum(0), (1, 0))  # (L + 1,)
+        k = self.E // L if L else 0
+        self.uniform_degree = k if L and k * L == self.E and bool((self.deg == k).all()) else None
+        self._edge_set = self._find_edge_set()
+        self._transposed = None
+        self._tiles = {}
+
+    def unsort(self, x: Tensor) -> Tensor:
+        """Per-edge rows from sorted order back to the caller's order."""
+        if self.perm is None:
+            return x
+        return x.new_empty(x.shape).index_copy_(0, self.perm, x)  # (E, ...)
+
+    def sort(self, x: Tensor) -> Tensor:
+        """Per-edge rows from the caller's order to sorted order."""
+        return x if self.perm is None else x[self.perm]  # (E, ...)
+
+    def edge_set(self) -> str | None:
+        """``"full"`` or ``"causal"`` if the edges are exactly that set (each once), else None."""
+        return self._edge_set
+
+    def _find_edge_set(self) -> str | None:
+        if self.has_duplicates or self.E == 0:
+            return None
+        if self.E == self.L * self.S:
+            return "full"
+        n = min(self.L, self.S)  # causal, top-left aligned as SDPA's is_causal: j <= i
+        expected = n * (n + 1) // 2 + (self.L - n) * self.S
+        if self.E == expected and bool((self.src <= self.dst).all()):
+            return "causal"
+        return None
+
+    def transposed(self) -> tuple[Tensor, Tensor, Tensor]:
+        """CSR of the transpose: ``(perm_t (E,), crow_t (S + 1,), col_t (E,))``, by source."""
+        with _LOCK:
+            if self._transposed is None:
+                _, perm_t = torch.sort(self.src, stable=True)  # (E,) by source, then target
+                crow_t = F.pad(torch.bincount(self.src, minlength=self.S).cumsum(0), (1, 0))  # (S + 1,)
+                self._transposed = (perm_t, crow_t, self.dst[perm_t])
+            return self._transposed
+
+    def tiles(self, block: int = BLOCK, min_fill: float = MIN_FILL):
+        """Tile layout for the block kernel, or None when it does not pay (see :class:`_Tiles`)."""
+        with _LOCK:
+            if (block, min_fill) not in self._tiles:
+                self._tiles[(block, min_fill)] = _Tiles.build(self, block, min_fill)
+            return self._tiles[(block, min_fill)]
+
+
+class _Tiles:
+    """For each block of ``B`` queries, ``nt`` key blocks (a "tile row" of ``nt * B`` keys).
+
+    Two layouts. *Band*: query block b reads key blocks ``b + lo ... b + lo + nt - 1``
+    (windows, causal), so its keys are one strided view of the padded keys, no
+    copy. *Gather*: the key blocks its edges touch, listed in ``rows (nqb, nt * B)``
+    (padded with a zero dummy block). ``blocked (nqb * B, nt * B)`` is True off
+    the edges; ``flat (E,)`` is each sorted edge's place in the score plane
+    ``(nqb * B, nt * B)`` of one head; ``chunks`` are ``(b0, b1, e0, e1)``: ranges
+    of query blocks whose scores fit in cache, and their (contiguous) edges.
+    """
+
+    @staticmethod
+    def build(graph: _Graph, B: int, min_fill: float):
+        L, S, E = graph.L, graph.S, graph.E
+        nqb, nkb = -(-L // B), -(-S // B)
+        if E == 0 or graph.has_duplicates or nqb * nkb > max(4 * E, 1 << 20):
+            return None
+        src, dst = graph.src, graph.dst
+        qb, kb = dst // B, src // B  # (E,), (E,)
+        present = torch.zeros(nqb, nkb, dtype=torch.bool, device=src.device)
+        present[qb, kb] = True  # (nqb, nkb) tiles that hold an edge
+        nt_gather = int(present.sum(1).max())
+        lo, hi = int((kb - qb).min()), int((kb - qb).max())
+        self = _Tiles()
+        self.band = hi - lo + 1 <= max(nt_gather + 1, int(1.1 * nt_gather))  # nearly as tight: no gather
+        self.B, self.nqb, self.nkb = B, nqb, nkb
+        self.nt = hi - lo + 1 if self.band else nt_gather
+        self.fill = E / (nqb * B * self.nt * B)
+        if self.fill < min_fill:
+            return None
+        self.pad_front = self.shift = 0
+        if self.band:  # keys padded with -lo blocks in front: query block b starts at key block b + shift
+            self.pad_front = max(0, -lo)
+            self.shift = lo + self.pad_front
+            self.key_blocks = max(self.pad_front + nkb, nqb + self.shift + self.nt - 1)
+            slot = kb - qb - lo  # (E,)
+        else:
+            rank = present.cumsum(1) - 1  # (nqb, nkb) slot of a present tile in its row
+            qbs, kbs = present.nonzero(as_tuple=True)  # (T,), (T,)
+            kb_list = torch.full((nqb, self.nt), nkb, dtype=torch.long, device=src.device)  # nkb = dummy
+            kb_list[qbs, rank[qbs, kbs]] = kbs
+            self.rows = (kb_list.unsqueeze(-1) * B + torch.arange(B, device=src.device)).view(nqb, -1)
+            self.key_blocks = nkb + 1
+            slot = rank[qb, kb]  # (E,)
+        ntb = self.nt * B
+        self.flat = dst * ntb + slot * B + src % B  # (E,)
+        self.blocked = torch.ones(nqb * B, ntb, dtype=torch.bool, device=src.device)
+        self.blocked.view(-1)[self.flat] = False  # (nqb*B, nt*B)
+        self.empty_rows = F.pad(graph.deg == 0, (0, nqb * B - L), value=True)  # (nqb*B,)
+        self.has_empty = bool(self.empty_rows.any())
+        step = max(1, min(nqb, TILE_FLOATS // (B * ntb)))  # query blocks per chunk: scores stay in cache
+        crow = graph.crow.tolist()
+        self.chunks = [(b0, min(nqb, b0 + step), crow[min(b0 * B, L)], crow[min(b0 * B + step * B, L)])
+                       for b0 in range(0, nqb, step)]
+        return self
+
+    def pad_keys(self, x: Tensor) -> Tensor:
+        """(S, H, d) -> (H, key_blocks * B, d), zero padded, in the row order this layout indexes."""
+        out = x.new_empty(x.size(1), self.key_blocks * self.B, x.size(2))  # (H, rows, d)
+        front = self.pad_front * self.B
+        out[:, :front].zero_()
+        out[:, front:front + x.size(0)] = x.transpose(0, 1)
+        out[:, front + x.size(0):].zero_()
+        return out
+
+    def unpad_keys(self, x: Tensor, S: int) -> Tensor:
+        """Inverse of :meth:`pad_keys`: (H, rows, d) -> (S, H, d)."""
+        front = self.pad_front * self.B
+        return x[:, front:front + S].transpose(0, 1)
+
+    def keys(self, xh: Tensor, b0: int, b1: int) -> Tensor:
+        """Key tile rows of query blocks ``[b0, b1)`` from one head's padded ``(rows, d)``: ``(c, nt*B, d)``."""
+        B, ntb, d = self.B, self.nt * self.B, xh.size(1)
+        if self.band:  # overlapping windows, a view
+            return xh[(b0 + self.shift) * B:].as_strided((b1 - b0, ntb, d), (B * d, d, 1))
+        return xh.index_select(0, self.rows[b0:b1].reshape(-1)).view(b1 - b0, ntb, d)
+
+    def add_keys(self, dxh: Tensor, grad: Tensor, b0: int, b1: int) -> None:
+        """Accumulate ``grad (c, nt*B, d)`` of :meth:`keys` into one head's ``dxh (rows, d)``."""
+        B, nt, d = self.B, self.nt, dxh.size(1)
+        if self.band:
+            grad = grad.view(b1 - b0, nt, B, d)  # (c, nt, B, d)
+            blocks = dxh.view(-1, B, d)  # (key_blocks, B, d)
+            for t in range(nt):  # slot t of query block b is key block b + shift + t (padded numbering)
+                blocks[b0 + self.shift + t:b1 + self.shift + t] += grad[:, t]
+        else:
+            dxh.index_add_(0, self.rows[b0:b1].reshape(-1), grad.view(-1, d))
+
+
+# ------------------------------------------------------------------------------------------------
+# the cache: id(edge_index or pattern) -> (weakref, key, graph), at most cache_size() entries
+
+_CACHE: dict[int, tuple] = {}
+_cache_size = CACHE_SIZE
+
+
+def set_cache_size(n: int) -> None:
+    """Keep at most ``n`` graph structures (default ``CACHE_SIZE`` = 8); the oldest are dropped first.
+
+    Raise it when a model attends over more distinct graphs per step than that
+    (heterogeneous models: one graph per edge type). ``n = 0`` disables caching.
+    """
+    global _cache_size
+    n = check_int("n", n, low=0)
+    with _LOCK:
+        _cache_size = n
+        _evict()
+
+
+def cache_size() -> int:
+    """The number of graph structures the cache keeps (see :func:`set_cache_size`)."""
+    return _cache_size
+
+
+def _evict() -> None:
+    while len(_CACHE) > _cache_size:  # insertion order: the oldest first
+        _CACHE.pop(next(iter(_CACHE)), None)
+
+
+def _cached_graph(obj, key: tuple, build) -> _Graph:
+    """The structure of ``obj`` (an edge_index tensor or a pattern), built once while ``obj`` lives.
+
+    ``key`` holds what the structure depends on besides identity (sizes, device,
+    and the tensor's version counter, which in-place edits bump).
+    """
+    oid = id(obj)
+    with _LOCK:
+        entry = _CACHE.get(oid)
+        if entry is not None and entry[0]() is obj and entry[1] == key:
+            return entry[2]
+        graph = build()
+
+        def forget(ref, oid=oid):  # obj died: drop its entry (a weakref callback, any thread)
+            with _LOCK:
+                if _CACHE.get(oid, (None,))[0] is ref:
+                    del _CACHE[oid]
+
+        _CACHE.pop(oid, None)  # re-inserted last: eviction drops the least recently built
+        _CACHE[oid] = (weakref.ref(obj, forget), key, graph)
+        _evict()
+        return graph
+
+
+def is_pattern(obj) -> bool:
+    """True for a ``graphattn.patterns.Pattern`` (duck-typed: ``kind`` and a callable ``edge_index``)."""
+    return hasattr(obj, "edge_index") and hasattr(obj, "kind") and callable(obj.edge_index)
+
+
+def prepare(edge_index, num_targets: int, num_sources: int | None = None, device=None) -> _Graph:
+    """Sort and index the edges once (CSR by target, tile layout) for :func:`attention`.
+
+    :func:`attention` calls this itself and keeps the result while
+    ``edge_index`` (tensor or pattern) lives and is not modified in place, so
+    several layers on one graph pay for it once. Call it directly to time it.
+    Safe to call from several threads at once.
+
+    Parameters
+    ----------
+    edge_index : Tensor, shape (2, E), or Pattern
+    num_targets : int
+        L, the number of queries.
+    num_sources : int, optional
+        S, the number of keys (default L).
+    device : torch.device, optional
+        Where a pattern's edges are built (default CPU).
+
+    Returns
+    -------
+    graph
+        An opaque structure; ``graph.E`` edges, ``graph.edge_set()`` in
+        {"full", "causal", None}.
+
+    Raises
+    ------
+    TypeError
+        ``edge_index`` neither a LongTensor nor a pattern.
+    """
+    L = num_targets
+    S = L if num_sources is None else num_sources
+    if isinstance(edge_index, Tensor):
+        def build():
+            check_edge_index(edge_index, S, L)
+            return _Graph(edge_index, L, S)
+
+        if edge_index.is_inference():  # no version counter to notice in-place edits: build every time
+            return build()
+        key = (L, S, edge_index.device, tuple(edge_index.shape), edge_index.data_ptr(), edge_index._version)
+        return _cached_graph(edge_index, key, build)
+    if not is_pattern(edge_index):
+        raise TypeError(message("edge_index", "a LongTensor (2, E) or a graphattn.patterns.Pattern",
+                                type(edge_index).__name__))
+    pattern = edge_index
+    return _cached_graph(pattern, (L, S, str(device), getattr(pattern, "name", None)),
+                         lambda: _Graph(pattern.edge_index(L, S).to(device), L, S))
