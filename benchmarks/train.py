@@ -1,7 +1,7 @@
 """Whole GNN layers, forward + backward, side by side: graphattn's against PyG's.
 
     python benchmarks/train.py                 # eager, the three cases at D = 8 and 64 (a few minutes)
-    python benchmarks/train.py --compile       # also torch.compile'd layers (long: compiles every layer)
+    python benchmarks/train.py --compile --cases sparse --dims 8 --layers ga.TransformerConv,TransformerConv
     python benchmarks/train.py --cases sparse --dims 8 --repeats 5
 
 Cases (float32, H = 8 heads of D channels, input width H * D):
@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 import graphattn as ga
-from graphattn.bench import _malloc_for_memory_run, _memory_probe
+from graphattn.bench.worker import _malloc_for_memory_run, _memory_probe  # the probes `graphattn bench` uses
 
 HEADS = 8
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -138,6 +138,8 @@ def run_case(case: str, D: int, args, device) -> list[dict]:
     x = torch.randn(N, HEADS * D, device=device)
     rows = []
     for name, (module, call) in layers(case, D).items():
+        if args.layers and name not in args.layers.split(","):
+            continue
         row = dict(case=case, N=N, E=E, D=D, H=HEADS, layer=name, compiled=False)
         need = estimate_bytes(name, E, N, D)
         if need > args.memory_budget * 2 ** 30:
@@ -182,6 +184,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--slow", type=float, default=5.0, help="time a call slower than this (s) only once")
     parser.add_argument("--compile", action="store_true", help="also torch.compile every layer")
+    parser.add_argument("--layers", default="", help="only these layers, comma-separated (e.g. for --compile)")
     parser.add_argument("--memory-budget", type=float, default=6.0, metavar="GIB")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=RESULTS)
