@@ -274,3 +274,17 @@ def test_torch_compile_fullgraph_and_export():
     assert_close(compiled(x, EdgeIndex(edge_index, sparse_size=(9, 9)), edge_attr), expected)
     exported = torch.export.export(conv, (x, edge_index, edge_attr))
     assert_close(exported.module()(x, edge_index, edge_attr), expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_exact_on_cuda():
+    ref = PyGTransformerConv(7, 5, heads=3, edge_dim=3, beta=True).double().cuda()
+    ours = ga.TransformerConv.from_transformer_conv(ref)
+    edge_index = random_graph(13, 13, 40).cuda()
+    edge_attr = torch.randn(40, 3, dtype=torch.float64, device="cuda")
+    compare(ours, ref, torch.randn(13, 7, dtype=torch.float64, device="cuda"), edge_index, edge_attr, torch.float64)
+    lengths = [3, 1, 6]
+    edges, batch = ga.graphs.batch_sequences(lengths)
+    x = torch.randn(10, 7, dtype=torch.float64, device="cuda")
+    plain = ga.TransformerConv.from_transformer_conv(PyGTransformerConv(7, 5, heads=3).double().cuda())
+    assert_close(plain(x, ga.patterns.full(), batch=batch.cuda()), plain(x, edges.cuda()))
