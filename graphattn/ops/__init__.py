@@ -36,9 +36,10 @@ oracle's (float64 gradcheck in ``tests/test_ops.py``).
 """
 
 from graphattn.ops.dispatch import IMPLS, attention, check_edge_bias, check_qkv, choose_impl
+from graphattn.ops.ragged import batched_attention  # attention within each graph of a PyG batch
 from graphattn.ops.softmax import edge_scores, segment_softmax
 from graphattn.ops.structure import (BLOCK, CACHE_SIZE, MIN_FILL, TILE_FLOATS, _Graph, cache_size, prepare,
                                      set_cache_size)
 
-__all__ = ["attention", "prepare", "segment_softmax", "edge_scores", "check_qkv", "check_edge_bias",
+__all__ = ["attention", "batched_attention", "prepare", "segment_softmax", "edge_scores", "check_qkv", "check_edge_bias",
            "choose_impl", "set_cache_size", "cache_size", "IMPLS", "BLOCK", "MIN_FILL", "TILE_FLOATS", "CACHE_SIZE"]
