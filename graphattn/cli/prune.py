@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--patterns", nargs="+", metavar="SPEC", default=None,
                         help=f"pattern specs (default: {' '.join(DEFAULT_PATTERNS)}); the dense row is always first")
     parser.add_argument("--limit", type=int_in("--limit", 3, 100_000), default=DEFAULT_LIMIT, metavar="N",
-                        help=f"number of passages (at least 3), evenly spaced over the corpus (default {DEFAULT_LIMIT})")
+                        help=f"number of passages (at least 3), evenly spaced over the corpus "
+                             f"(default {DEFAULT_LIMIT})")
     parser.add_argument("--max-length", type=int_in("--max-length", 8, 100_000), default=128, metavar="T",
                         help="most tokens per passage, [CLS] and [SEP] included, at most the model's position "
                              "embeddings (512) (default 128)")
