@@ -286,6 +286,47 @@ def pattern_mask(pattern, L: int | None = None, ax=None, *, S: int | None = None
     return image
 
 
+MAX_DRAWN_NODES = 100_000  # attention_graph draws every node: beyond this a picture is unreadable and slow
+
+
+def _check_graph_args(edge_index, alpha, tokens, head, num_nodes, max_width, min_weight):
+    """Entry check of :func:`attention_graph`: every refusal names its argument (validate's template).
+
+    Returns ``num_nodes`` as None or a pair of Python ints ``(S, L)``.
+    """
+    from graphattn.graphs import check_edge_index
+    from graphattn.validate import as_int, check_float, check_int, message
+
+    try:
+        ei = edge_index.detach().cpu().numpy() if isinstance(edge_index, Tensor) else np.asarray(edge_index)
+    except (TypeError, ValueError):
+        ei = np.asarray(None)
+    if ei.dtype.kind not in "iu":
+        raise TypeError(message("edge_index", "an integer Tensor or array of shape (2, E)", str(ei.dtype)))
+    if num_nodes is not None:
+        sizes = [num_nodes] * 2 if as_int(num_nodes) is not None else num_nodes
+        if not isinstance(sizes, (tuple, list)) or len(sizes) != 2 or None in [as_int(n) for n in sizes]:
+            raise TypeError(message("num_nodes", "an int or a pair of ints (S, L)", repr(num_nodes)))
+        sizes = [check_int("num_nodes", n, low=0, high=MAX_DRAWN_NODES) for n in sizes]
+    elif tokens is not None:
+        sizes = [check_int("tokens", len(tokens), low=0, high=MAX_DRAWN_NODES)] * 2
+    else:
+        sizes = [MAX_DRAWN_NODES] * 2
+    check_edge_index(torch.as_tensor(ei.astype(np.int64)) if ei.ndim else torch.as_tensor(ei), *sizes)
+    a = _as_numpy(alpha, "alpha")
+    if a.dtype.kind not in "fiu" or not np.isfinite(a).all() or (a < 0).any():
+        raise ValueError(message("alpha", "finite non-negative weights", "a NaN, inf or negative entry"
+                                 if a.dtype.kind in "fiu" else str(a.dtype)))
+    if head is not None and a.ndim == 2:
+        if as_int(head) is None:
+            raise TypeError(message("head", "an int", repr(head)))
+        if not 0 <= as_int(head) < a.shape[1]:
+            raise IndexError(message("head", f"an int in [0, {a.shape[1] - 1}] (alpha has H = {a.shape[1]})", head))
+    check_float("max_width", max_width, 0.0, low_open=True)
+    check_float("min_weight", min_weight)
+    return None if num_nodes is None else tuple(sizes)
+
+
 def attention_graph(
     edge_index,
     alpha,
@@ -330,8 +371,12 @@ def attention_graph(
     Raises
     ------
     ValueError
-        If ``alpha`` does not have E rows or ``tokens`` has the wrong length.
+        If ``alpha`` does not have E rows or holds NaN, inf or a negative weight, or
+        ``tokens`` has the wrong length, or more than ``MAX_DRAWN_NODES`` nodes.
+    TypeError, IndexError
+        A non-integer ``edge_index``, an edge outside ``num_nodes`` (or ``tokens``), a ``head`` out of range.
     """
+    num_nodes = _check_graph_args(edge_index, alpha, tokens, head, num_nodes, max_width, min_weight)
     import networkx as nx
 
     ei = _as_numpy(edge_index, "edge_index", ndim=2).astype(np.int64)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from graphattn.validate import check_int, check_tensor, message
+
 __all__ = [
     "attention_mass",
     "kl_sparse_dense",
@@ -40,6 +42,22 @@ def _check_pair(a: Tensor, b: Tensor, names: tuple[str, str]) -> None:
     if a.shape != b.shape:
         raise ValueError(f"Expected '{names[0]}' and '{names[1]}' to share one shape "
                          f"(got {tuple(a.shape)} and {tuple(b.shape)})")
+
+
+def _check_values(name: str, t: Tensor, kind: str) -> None:
+    """Entry check: ``"mask"`` a bool tensor; ``"weights"`` finite and >= 0, ``"floats"`` finite, both floating
+    point; ``"numbers"`` finite, any real dtype but bool. ``TypeError``/``ValueError`` naming ``name``."""
+    check_tensor(name, t, floating=kind in ("weights", "floats") or None)
+    if kind == "mask":
+        if t.dtype != torch.bool:
+            raise TypeError(message(name, "a bool Tensor (True = may attend)", t.dtype))
+        return
+    if t.dtype == torch.bool or t.is_complex():
+        raise TypeError(message(name, "a real-valued Tensor", t.dtype))
+    if t.numel() and not bool(torch.isfinite(t).all()):
+        raise ValueError(message(name, "finite", "a NaN or inf entry"))
+    if kind == "weights" and t.numel() and bool((t < 0).any()):
+        raise ValueError(message(name, "non-negative", f"a minimum of {float(t.min())}"))
 
 
 def attention_mass(weights: Tensor, keep: Tensor) -> Tensor:
@@ -65,6 +83,8 @@ def attention_mass(weights: Tensor, keep: Tensor) -> Tensor:
     >>> attention_mass(w, torch.tensor([[True, False, True]]))
     tensor([0.7000])
     """
+    _check_values("weights", weights, "weights")
+    _check_values("keep", keep, "mask")
     _check_pair(weights, keep, ("weights", "keep"))
     return (weights * keep).sum(-1)  # (..., L, S) -> (..., L)
 
@@ -98,7 +118,10 @@ def kl_sparse_dense(scores: Tensor, keep: Tensor, valid: Tensor | None = None) -
     Raises
     ------
     ValueError
-        If the shapes differ or ``keep`` holds an edge outside ``valid``.
+        If the shapes differ, ``keep`` holds an edge outside ``valid``, or a
+        score is NaN or inf (mark absent keys in ``valid``, not with -inf).
+    TypeError
+        Non-floating ``scores``, or masks that are not bool.
 
     Examples
     --------
@@ -106,6 +129,10 @@ def kl_sparse_dense(scores: Tensor, keep: Tensor, valid: Tensor | None = None) -
     >>> kl_sparse_dense(s, torch.tensor([[True, True, False, False]]))   # log 2
     tensor([0.6931])
     """
+    _check_values("scores", scores, "floats")  # -inf would give NaN: absent keys go in 'valid'
+    _check_values("keep", keep, "mask")
+    if valid is not None:
+        _check_values("valid", valid, "mask")
     _check_pair(scores, keep, ("scores", "keep"))
     neg = torch.finfo(scores.dtype).min
     if valid is None:
@@ -128,8 +155,12 @@ def relative_error(actual: Tensor, reference: Tensor) -> float:
     Raises
     ------
     ValueError
-        If the shapes differ or ``reference`` is all zero.
+        If the shapes differ, ``reference`` is all zero, or an entry is NaN or inf.
+    TypeError
+        For bool or complex tensors.
     """
+    _check_values("actual", actual, "numbers")
+    _check_values("reference", reference, "numbers")
     _check_pair(actual, reference, ("actual", "reference"))
     denom = float(torch.linalg.vector_norm(reference.double()))
     if denom == 0.0:
@@ -145,6 +176,9 @@ def cosine_similarity(a: Tensor, b: Tensor) -> Tensor:
     >>> cosine_similarity(torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.tensor([[2.0, 0.0], [1.0, 0.0]]))
     tensor([1.0000, 0.7071])
     """
+    for name, t in (("a", a), ("b", b)):
+        _check_values(name, t, "floats")
+        check_tensor(name, t, dim=2, shape_text="(N, F)")
     _check_pair(a, b, ("a", "b"))
     return torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1).to(a.dtype)  # (N,)
 
@@ -174,6 +208,9 @@ def retrieval_fidelity(reference: Tensor, embeddings: Tensor) -> tuple[float, fl
     """
     from scipy.stats import spearmanr
 
+    for name, t in (("reference", reference), ("embeddings", embeddings)):
+        _check_values(name, t, "floats")
+        check_tensor(name, t, dim=2, shape_text="(N, F)")
     _check_pair(reference, embeddings, ("reference", "embeddings"))
     n = reference.shape[0]
     if n < 3:
@@ -206,4 +243,4 @@ def attention_flops(head_edges: int, head_dim: int) -> int:
     >>> attention_flops(head_edges=10 * 12, head_dim=32)
     15360
     """
-    return 4 * int(head_edges) * int(head_dim)
+    return 4 * check_int("head_edges", head_edges) * check_int("head_dim", head_dim)
