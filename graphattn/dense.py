@@ -58,6 +58,9 @@ def _check_projections(x: Tensor, x_kv: Tensor, w_q: Tensor, w_k: Tensor, w_v: T
         width = w_q.shape[1] if name == "w_k" else w.shape[1]  # keys meet queries; values may be wider
         if w.shape != (f.shape[-1], width):
             raise ValueError(message(name, f"of shape ({f.shape[-1]}, {width}), (F, H * D)", tuple(w.shape)))
+    for name, t in (("x_kv", x_kv), ("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
+        if t.dtype != x.dtype:
+            raise TypeError(message(name, f"of the dtype of 'x' ({x.dtype})", t.dtype))
 
 
 def six_steps(
@@ -117,7 +120,7 @@ def six_steps(
     ------
     TypeError
         ``x``, ``x_kv`` or a weight not a floating-point Tensor; ``mask`` not bool;
-        ``heads`` not an int; ``scale`` not a number.
+        ``heads`` not an int; ``scale`` not a number; features and weights of different dtypes.
     ValueError
         ``heads`` < 1 or not dividing the projection width; a ``mask`` that does
         not broadcast; a non-finite ``scale``.
