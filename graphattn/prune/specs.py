@@ -21,10 +21,9 @@ from graphattn import patterns
 from graphattn.patterns import topk_mask
 from graphattn.validate import check_int
 
-__all__ = ["Spec", "parse_spec", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
+__all__ = ["Spec", "parse_spec", "as_spec", "dense_weights", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
 
-DEFAULT_PATTERNS = ["window:2", "window:8", "window:32", "longformer:window=16,global=0",
-                    "bigbird:block=8,random=1", "random:16", "strided:16", "topk:4", "topk:16", "threshold:0.02"]
+DEFAULT_PATTERNS = ["window:8", "longformer:window=16,global=0", "bigbird:block=8,random=1", "topk:4", "topk:16"]
 
 SPEC_HELP = """\
 full                                complete graph (dense attention)
@@ -42,7 +41,19 @@ random:32[,seed=0]                  32 random keys per query
 global:0                            global tokens (all read them, they read all); several: global:0+5
 topk:16                             the 16 highest-weight keys per query, per layer and head (oracle)
 threshold:0.01                      keys whose dense weight is >= 0.01, per layer and head
-a|b, a&b                            union, intersection, e.g. window:4|global:0"""
+a|b, a&b                            union, intersection, e.g. window:4|global:0
+SPEC@layers=3-5                     only in layers 3 to 5 (from 0; dense elsewhere); layers=2 or 0+5 too
+SPEC@heads=0-3                      only in heads 0 to 3 (dense in the others); both: SPEC@layers=1@heads=0"""
+
+
+def dense_weights(query: Tensor, key: Tensor, valid: Tensor) -> Tensor:
+    """Dense weights ``softmax(q k^T / sqrt(D))`` over the model's graph ``valid (B, 1, L, S)``: (B, H, L, S).
+
+    The bridge's default scaling, as BERT, GPT-2 and their relatives use.
+    """
+    scores = (query @ key.transpose(-1, -2)) * query.shape[-1] ** -0.5  # (B, H, L, D) · (B, H, D, S) -> (B, H, L, S)
+    scores = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)  # (B, H, L, S): exp() is exactly 0 there
+    return scores.softmax(-1)  # (B, H, L, S)
 
 
 def threshold_keep(weights: Tensor, tau: float) -> Tensor:
@@ -72,16 +83,65 @@ class Spec:
     pattern: patterns.Pattern | None = None
     _select: Callable[[Tensor, Tensor], Tensor] | None = field(default=None, repr=False)  # (weights, valid)
     _masks: dict = field(default_factory=dict, repr=False)
+    mask_fn: Callable[[int], Tensor] | None = field(default=None, repr=False)  # n -> (n, n) bool, a fixed pattern
+    layers: frozenset | None = None  # layers (from 0) the spec prunes; None: every layer
+    heads: frozenset | None = None  # heads it prunes; None: every head
+    budget: Callable[[Tensor, Tensor], Tensor] | None = field(default=None, repr=False)  # keys per query (top-k)
+
+    @classmethod
+    def budgeted(cls, text: str, name: str, family: str, budget, **kw) -> "Spec":
+        """A top-k spec: query i keeps its ``budget(weights, valid)[..., i]`` highest-weight keys (ties to the lower key)."""
+        return cls(text, name, family, None, lambda w, valid: topk_mask(w, budget(w, valid)), budget=budget, **kw)
+
+    def forced_mass(self, layer: int, weights: Tensor, valid: Tensor, ranked: Tensor) -> Tensor:
+        """The dense mass this spec keeps in ``layer``, per query: (B, H, L).
+
+        ``ranked`` is ``weights`` sorted descending, cumulated along the keys,
+        shared by all specs: a top-k spec's mass is read off it (ties do not
+        change the mass), the others go through :meth:`keep_in`.
+        """
+        if self.budget is None or not self.applies(layer) or self.heads is not None:
+            return (weights * self.keep_in(layer, weights, valid).expand_as(weights)).sum(-1)  # (B, H, L)
+        counts = self.budget(weights, valid).expand(weights.shape[:-1]).unsqueeze(-1)  # (B, H, L, 1)
+        mass = ranked.gather(-1, (counts - 1).clamp(min=0)).squeeze(-1)  # (B, H, L)
+        return mass * (counts.squeeze(-1) > 0)  # (B, H, L)
 
     @property
     def data_dependent(self) -> bool:
-        return self.pattern is None
+        """Whether the kept edges depend on the data (top-k, threshold, oracle): then they are not a saving."""
+        return self.pattern is None and self.mask_fn is None
+
+    def applies(self, layer: int) -> bool:
+        """Whether the spec prunes ``layer`` (dense elsewhere)."""
+        return self.layers is None or layer in self.layers
 
     def pattern_mask(self, n: int) -> Tensor:
         """The fixed pattern's mask on n tokens, (n, n) bool (cached)."""
         if n not in self._masks:
-            self._masks[n] = self.pattern.mask(n)  # (n, n)
+            mask = self.pattern.mask(n) if self.pattern is not None else self.mask_fn(n)  # (n, n)
+            if not (isinstance(mask, Tensor) and mask.dtype == torch.bool and mask.shape == (n, n)):
+                raise TypeError(f"Expected the pattern function of spec {self.name!r} to return a bool mask of "
+                                f"shape ({n}, {n}), True = may attend (got {getattr(mask, 'shape', type(mask))})")
+            self._masks[n] = mask
         return self._masks[n]
+
+    def select(self, layer: int, query: Tensor, key: Tensor, valid: Tensor):
+        """What the bridge's sparsity callable returns for ``layer``: None (dense), a Pattern or a mask.
+
+        ``valid (B, 1, L, S)`` is the model's graph. A data-dependent spec
+        computes the dense weights here (:func:`dense_weights`): the selection's cost.
+        """
+        if not self.applies(layer):
+            return None
+        if self.pattern is not None and self.heads is None:
+            return self.pattern  # placed by the bridge on each sequence's tokens (cached for the forward)
+        weights = dense_weights(query, key, valid) if self.data_dependent else None  # (B, H, L, S)
+        shape = (*valid.shape[:1], query.shape[1], *valid.shape[2:])  # (B, H, L, S)
+        return self.keep(weights if weights is not None else valid.expand(shape), valid)
+
+    def keep_in(self, layer: int, weights: Tensor, valid: Tensor) -> Tensor:
+        """:meth:`keep` in ``layer``: every edge of ``valid`` where the spec does not apply."""
+        return self.keep(weights, valid) if self.applies(layer) else valid
 
     def keep(self, weights: Tensor, valid: Tensor | None = None) -> Tensor:
         """Kept edges of one layer, for every head, inside the model's own graph.
@@ -104,9 +164,11 @@ class Spec:
         """
         if valid is None:
             valid = torch.ones(weights.shape[-2:], dtype=torch.bool, device=weights.device)  # (L, L)
-        if self.pattern is not None:
-            return self._placed(valid)
-        return self._select(weights, valid) & valid
+        keep = self._placed(valid) if not self.data_dependent else self._select(weights, valid) & valid
+        if self.heads is None:
+            return keep
+        chosen = torch.tensor([h in self.heads for h in range(weights.shape[-3])], device=keep.device)  # (H,)
+        return torch.where(chosen[:, None, None], keep, valid)  # (..., H, L, S): dense in the other heads
 
     def _placed(self, valid: Tensor) -> Tensor:
         """The fixed pattern on each sequence's own tokens, inside ``valid (..., L, L)``."""
@@ -188,8 +250,7 @@ def _atom(text: str) -> Spec:
         elif family == "topk":
             k = check_int("k", kwargs["k"], low=1)
             # min(k, valid keys) per query: padding rows keep 0, so no tie among their equal weights
-            return Spec(text, f"topk_{k}", "topk", None,
-                        lambda w, valid: topk_mask(w, valid.sum(-1).clamp(max=k)))
+            return Spec.budgeted(text, f"topk_{k}", "topk", lambda w, valid: valid.sum(-1).clamp(max=k))
         elif family == "threshold":
             tau = kwargs["tau"]
             if not 0.0 <= tau <= 1.0:
@@ -220,6 +281,48 @@ def _combine(text: str, op: str, parts: list[Spec]) -> Spec:
         return keep
 
     return Spec(text, op.join(p.name for p in parts), family, None, select)
+
+
+def _indices(text: str, what: str) -> frozenset:
+    """``3-5`` -> {3, 4, 5}; ``0+5`` -> {0, 5}; ``2`` -> {2}."""
+    out = set()
+    for part in text.split("+"):
+        lo, dash, hi = part.partition("-")
+        try:
+            lo, hi = int(lo), int(hi if dash else lo)
+        except ValueError:
+            raise _bad(text, f"expected {what} like 3-5, 2 or 0+5") from None
+        if lo < 0 or hi < lo:
+            raise _bad(text, f"expected {what} as a range low-high with 0 <= low <= high")
+        out.update(range(lo, hi + 1))
+    return frozenset(out)
+
+
+def as_spec(item, name: str | None = None) -> Spec:
+    """A spec from a string (:func:`parse_spec`), a :class:`Spec`, a Pattern, or a pattern function.
+
+    A pattern function ``fn(n) -> Tensor (n, n) bool`` (True = may attend,
+    rows = queries) is a fixed pattern of your own: it gets an oracle row like
+    the built-in ones. Its name is ``name`` or the function's ``__name__``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> def first_two(n):
+    ...     return torch.zeros(n, n, dtype=torch.bool).index_fill_(1, torch.arange(min(2, n)), True)
+    >>> as_spec(first_two).name, as_spec(first_two).data_dependent
+    ('first_two', False)
+    """
+    if isinstance(item, Spec):
+        return item
+    if isinstance(item, str):
+        return parse_spec(item)
+    if patterns.is_pattern(item):
+        return Spec(name or item.name, name or item.name, name or item.name, item)
+    if callable(item):
+        label = name or getattr(item, "__name__", "custom")
+        return Spec(label, label, "custom", None, mask_fn=item)
+    raise TypeError(f"Expected a spec to be a str, Spec, Pattern or pattern function (got {type(item).__name__})")
 
 
 def parse_spec(text: str) -> Spec:
@@ -253,6 +356,19 @@ def parse_spec(text: str) -> Spec:
     """
     if not isinstance(text, str) or not text.strip():
         raise _bad(str(text), "empty")
+    if "@" in text:
+        base, *scopes = text.split("@")
+        spec = parse_spec(base)
+        for scope in scopes:
+            key, eq, val = scope.partition("=")
+            if key.strip() not in ("layers", "heads") or not eq:
+                raise _bad(text, f"expected @layers=... or @heads=... (got @{scope})")
+            setattr(spec, key.strip(), _indices(val.strip(), key.strip()))
+        spec.text = text
+        suffix = "".join(f"@{k}={'+'.join(map(str, sorted(getattr(spec, k))))}" for k in ("layers", "heads")
+                         if getattr(spec, k) is not None)
+        spec.name += suffix
+        return spec
     if "|" in text:
         return _combine(text, "|", [parse_spec(t) for t in text.split("|")])
     if "&" in text:
