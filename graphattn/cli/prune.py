@@ -124,7 +124,7 @@ def _report(args, specs, task, source, model, tokenizer) -> int:
     results.meta.update(model=args.model or MODEL_NAME, source=source, seconds=total, self_check=msg, passed=ok,
                         arguments={k: v for k, v in vars(args).items() if k != "func"}, **environment())
     results.meta.update(torch_threads=torch.get_num_threads())
-    paths = prune.write_outputs(results, args.out, results.meta, args.json, figure=fidelity_figure)
+    paths = prune.write_outputs(results, args.out, results.meta, args.json, figure=fidelity_figure, tables=True)
     print(f"{len(results)} rows in {total:.1f} s; wrote {', '.join(paths.values())}")
     return 0
 

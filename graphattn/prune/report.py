@@ -82,7 +82,8 @@ def format_table(results: list[dict]) -> str:
                    "\n".join(notes) if notes else "")
 
 
-def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figure=None) -> dict[str, str]:
+def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figure=None,
+                  tables: bool = False) -> dict[str, str]:
     """Write ``prune.csv``, ``prune.json``, ``prune.png`` and the per-row tables into ``out_dir``, all or none.
 
     Parameters
@@ -91,7 +92,7 @@ def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figu
         Rows of :func:`~graphattn.prune.run_experiment`; a :class:`~graphattn.prune.Results`
         also gives ``prune_queries.csv``, ``prune_passages.csv``, ``prune_layers.csv``
         and, when it holds embeddings, ``prune_embeddings.npz`` (one array per row,
-        queries then documents).
+        queries then documents), when ``tables`` is True.
     out_dir : str or PathLike
         Created if missing; other files in it are left alone.
     meta : dict
@@ -103,6 +104,8 @@ def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figu
         ``prune.png`` (e.g. :func:`graphattn.cli.prune.fidelity_figure`).
         Without it no picture is written, and an older ``prune.png`` is removed
         with the rest of the commit, so the folder never mixes two runs.
+    tables : bool, default False
+        Also write the per-query, per-passage and per-layer CSVs and the embeddings of a ``Results``.
 
     Returns
     -------
@@ -125,8 +128,8 @@ def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figu
     paths = {ext: os.path.join(out_dir, f"prune.{ext}") for ext in ("csv", "json", "png")}
     paths.update({key: os.path.join(out_dir, name) for key, name in _TABLES.items()})
     paths["npz"] = os.path.join(out_dir, "prune_embeddings.npz")
-    wanted = {"png": figure is not None, "npz": bool(getattr(results, "embeddings", None))}
-    wanted.update({key: bool(getattr(results, key, None)) for key in _TABLES})
+    wanted = {"png": figure is not None, "npz": tables and bool(getattr(results, "embeddings", None))}
+    wanted.update({key: tables and bool(getattr(results, key, None)) for key in _TABLES})
     stale = [paths.pop(key) for key, want in wanted.items() if not want]
     if json_path is not None:
         paths["json_copy"] = os.fspath(json_path)
