@@ -478,3 +478,16 @@ def test_spec_scopes_and_pattern_functions():
     assert torch.equal(rows[2][0].keep(weights, valid).sum(-1), torch.full((2, 3, 6), 2))  # the same budget
     with pytest.raises(ValueError, match="layers"):
         parse_spec("window:1@layers=5-2")
+
+
+@pytest.mark.parametrize("text", ["global:cls", "global:sep", "global:first2", "window:1|global:sep"])
+def test_global_tokens_by_role(text):
+    spec = parse_spec(text)
+    assert not spec.data_dependent  # fixed patterns: realisable, and they get an oracle row
+    for n in (5, 9):  # the last token moves with the length of each sequence
+        mask = spec.pattern_mask(n)
+        roles = {"cls": [0], "sep": [n - 1], "first2": [0, 1]}
+        expected = patterns.global_tokens(roles[text.split(":")[-1]]).mask(n)
+        if text.startswith("window"):
+            expected = expected | patterns.window(1, 1).mask(n)
+        assert torch.equal(mask, expected)

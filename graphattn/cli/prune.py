@@ -177,6 +177,9 @@ def fidelity_figure(results, meta: dict):
     axes[1].set_ylabel("document-embedding cosine to dense (mean)")
     axes[1].legend(fontsize=7, loc="lower right")
     _drift_panel(axes[2], results)
+    for ax, title in zip(axes, ("the task against attention cost", "fidelity to dense against density",
+                                "per-layer drift (realisable patterns)")):
+        ax.set_title(title, fontsize=10)
     fig.suptitle(f"{meta.get('model', '')}: task {meta.get('task')}, {meta.get('queries')} queries, "
                  f"{meta.get('documents')} documents, <= {meta.get('max_length')} tokens")
     return fig
@@ -196,9 +199,9 @@ def _task_panel(ax, results) -> None:
                    [max(0.0, r[f"{metric}_hi"] - r[f"{metric}_delta"]) for r in rows]]
         ax.errorbar(x, y, yerr=err, capsize=3, linestyle="none",
                     label="realisable patterns" if realisable else "data-dependent (not a saving)", **style)
-        for r in rows:
-            ax.annotate(r["pattern"], (r["attn_gflop"], r[metric]), fontsize=6, xytext=(3, 3),
-                        textcoords="offset points", color=style["color"])
+        for k, r in enumerate(sorted(rows, key=lambda r: r[metric])):  # staggered labels: close points stay legible
+            ax.annotate(r["pattern"], (r["attn_gflop"], r[metric]), fontsize=6, color=style["color"],
+                        xytext=(4, -9 + 6 * (k % 4) if not realisable else 3), textcoords="offset points")
     front = sorted((r for r in results if r["realisable"]), key=lambda r: r["attn_gflop"])
     best, xs, ys = -float("inf"), [], []
     for r in front:
@@ -207,6 +210,7 @@ def _task_panel(ax, results) -> None:
             xs.append(r["attn_gflop"])
             ys.append(r[metric])
     ax.plot(xs, ys, "--", color="C0", lw=1, label="realisable front")
+    ax.axhline(results[0][metric], color="0.3", lw=0.8, ls=":", label=f"dense ({results[0][metric]:.3f})")
     ax.set_xscale("log")
     ax.set_xlabel("attention GFLOPs (data-dependent rows: + dense scores)")
     ax.set_ylabel(f"{metric} (bars: paired 95 % CI of the difference from dense)")

@@ -38,7 +38,9 @@ fixed:block=16,summary=2            Sparse Transformer fixed (causal, as in the 
 bigbird:block=16[,window=3,global=2,random=2,seed=0]
                                     BigBird blocks (window, global, random counted in blocks)
 random:32[,seed=0]                  32 random keys per query
-global:0                            global tokens (all read them, they read all); several: global:0+5
+global:0                            global tokens (all read them, they read all); several: global:0+5;
+                                    by role: global:cls, global:sep (each sequence's last token),
+                                    global:cls+sep, global:first4
 topk:16                             the 16 highest-weight keys per query, per layer and head (oracle)
 threshold:0.01                      keys whose dense weight is >= 0.01, per layer and head
 a|b, a&b                            union, intersection, e.g. window:4|global:0
@@ -187,10 +189,37 @@ def _value(family: str, key: str, text: str, kind):
             return int(text)
         if kind is float:
             return float(text)
-        return [int(t) for t in text.split("+")]  # index list: 0+5
+        return [i for t in text.split("+") for i in _role(t.strip().lower())]  # index list: 0+5, cls+sep
     except ValueError:
-        what = {int: "an int", float: "a number"}.get(kind, "indices like 0 or 0+5")
+        what = {int: "an int", float: "a number"}.get(kind, "indices or roles like 0, 0+5, cls, sep, cls+sep, first4")
         raise ValueError(f"Expected '{key}' of spec '{family}' to be {what} (got {text!r})") from None
+
+
+def _role(token: str) -> list[int]:
+    """A global token by index or role: ``cls`` -> [0], ``sep``/``last`` -> [-1] (each sequence's last token),
+    ``first4`` -> [0, 1, 2, 3], ``7`` -> [7]."""
+    if token == "cls":
+        return [0]
+    if token in ("sep", "last"):
+        return [-1]
+    if token.startswith("first") and token[5:].isdigit() and int(token[5:]) > 0:
+        return list(range(int(token[5:])))
+    value = int(token)  # ValueError for anything else
+    if value < 0:
+        raise ValueError(token)
+    return [value]
+
+
+def _global(indices: list[int]):
+    """``global_tokens`` of fixed indices, or a pattern function when one is the last token (-1)."""
+    fixed = sorted({i for i in indices if i >= 0})
+    if -1 not in indices:
+        return patterns.global_tokens(fixed)
+
+    def mask(n: int) -> Tensor:
+        return patterns.global_tokens(sorted({*(i for i in fixed if i < n), n - 1})).mask(n)  # (n, n)
+
+    return mask
 
 
 # family -> (parameters in positional order with types, builder(**kwargs) -> Pattern or selector)
@@ -206,7 +235,7 @@ _FAMILIES = {
                 lambda block, **kw: patterns.bigbird(block, kw.get("window", 3), kw.get("global", 2),
                                                      kw.get("random", 2), kw.get("seed", 0))),
     "random": ((("k", int), ("seed", int)), lambda k, seed=0: patterns.random(k, seed)),
-    "global": ((("indices", list),), lambda indices: patterns.global_tokens(indices)),
+    "global": ((("indices", list),), _global),
     "topk": ((("k", int),), None),
     "threshold": ((("tau", float),), None),
 }
@@ -258,6 +287,9 @@ def _atom(text: str) -> Spec:
             return Spec(text, f"threshold_{tau:g}", "threshold", None, lambda w, valid: threshold_keep(w, tau))
         else:
             pat = build(**kwargs)
+            if not patterns.is_pattern(pat):  # a pattern function (global:sep, the last token)
+                name = "global_" + "+".join(str(i) if i >= 0 else "last" for i in kwargs["indices"])
+                return Spec(text, name, family, None, mask_fn=pat)
     except KeyError as err:
         raise _bad(text, f"missing parameter {err.args[0]!r}") from None
     except TypeError as err:  # a missing positional parameter of a builder
@@ -273,6 +305,15 @@ def _combine(text: str, op: str, parts: list[Spec]) -> Spec:
             pat = (pat | p.pattern) if op == "|" else (pat & p.pattern)
         return Spec(text, pat.name, family, pat)
     reduce = torch.logical_or if op == "|" else torch.logical_and
+    if not any(p.data_dependent for p in parts):  # fixed parts, one a pattern function: still fixed
+
+        def mask(n: int) -> Tensor:
+            out = parts[0].pattern_mask(n)  # (n, n)
+            for p in parts[1:]:
+                out = reduce(out, p.pattern_mask(n))  # (n, n)
+            return out
+
+        return Spec(text, op.join(p.name for p in parts), family, None, mask_fn=mask)
 
     def select(weights: Tensor, valid: Tensor) -> Tensor:
         keep = parts[0].keep(weights, valid)  # (..., L, L)
