@@ -34,12 +34,16 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto wi
 
 import matplotlib.pyplot as plt
 import networkx as nx
+import pandas as pd
 import torch
 
 import graphattn as ga
 from graphattn import analysis, viz
+from graphattn.steps import edge_messages, edge_table
 
-gen = torch.Generator().manual_seed(0)
+torch.manual_seed(0)  # the layers below draw their initial weights from torch's global generator
+gen = torch.Generator().manual_seed(0)  # the data
+pd.set_option("display.float_format", "{:.4f}".format)
 
 # %% [markdown]
 # ## Three graphs
@@ -94,7 +98,7 @@ mask = ga.patterns.causal().mask(L)  # (L, L) True = may attend
 dense = ga.dense.six_steps(x, w_q, w_k, w_v, mask)
 # 2) edge list
 q, k, v = ((x @ w).reshape(L, 1, D) for w in (w_q, w_k, w_v))  # (L, H=1, D) each
-out, alpha = ga.attention(q, k, v, causal)  # (L, 1, D), (E, 1)
+out, alpha = ga.attention(q, k, v, causal, need_weights=True)  # (L, 1, D), (E, 1)
 # 3) one node's incoming messages
 i = 4
 sources = causal[0][causal[1] == i]  # the keys j with an edge (j, i)
@@ -110,6 +114,33 @@ assert torch.allclose(dense.weights[0, causal[1], causal[0]], alpha[:, 0], atol=
 assert torch.allclose(dense.output, out.reshape(L, D), atol=1e-12)
 assert torch.allclose(weights, dense.weights[0, i, : i + 1], atol=1e-12)
 assert torch.allclose(y_i, dense.output[i], atol=1e-12)
+
+# %% [markdown]
+# ## The edge list, printed
+#
+# The same causal graph as a table: one row per edge `j -> i` with the raw
+# score `q_i · k_j`, the scaled score, the weight `alpha_ij` (a softmax over the
+# edges into i) and the message `alpha_ij v_j` (first three of its D = 8
+# channels shown). `graphattn steps --causal` prints the same table for three
+# tokens. Node 4's five incoming messages add up to its output row.
+
+# %%
+messages = edge_messages(q, k, v, causal)
+table = pd.DataFrame(edge_table(messages))
+table["alpha·v_j[:3]"] = [[round(c, 4) for c in m[:3]] for m in table.pop("alpha·v_j")]
+print(f"{len(table)} edges")
+table[table["j -> i"].str.endswith(f"-> {i}") | table["j -> i"].str.endswith("-> 1")]
+
+# %%
+into_i = causal[1] == i
+summed = messages["message"][into_i, 0].sum(0)  # (D,): the sum of node 4's incoming messages
+print("sum of the messages into node 4:", [round(c, 4) for c in summed.tolist()])
+print("output row of node 4          :", [round(c, 4) for c in dense.output[i].tolist()])
+assert len(table) == causal.shape[1] == L * (L + 1) // 2
+assert torch.allclose(torch.tensor(table["alpha"].values), dense.weights[0, causal[1], causal[0]], atol=1e-12)
+assert torch.allclose(torch.tensor(table["scaled"].values), torch.tensor(table["q·k"].values) / math.sqrt(D))
+assert torch.allclose(summed, dense.output[i], atol=1e-12)
+assert torch.allclose(messages["summed"].reshape(L, D), dense.output, atol=1e-12)
 
 # %% [markdown]
 # The layer `graphattn.AttentionConv` is the same computation as a PyTorch
@@ -139,7 +170,7 @@ x_kv = torch.randn(S, F, generator=gen, dtype=torch.float64)
 qc = (x @ w_q).reshape(L, 1, D)
 kc, vc = ((x_kv @ w).reshape(S, 1, D) for w in (w_k, w_v))
 cut = bipartite[:, bipartite[1] != 2]  # no edges into query 2
-out_cross, alpha_cross = ga.attention(qc, kc, vc, cut)
+out_cross, alpha_cross = ga.attention(qc, kc, vc, cut, need_weights=True)
 cross_mask = ga.graphs.edge_index_to_mask(cut, (S, L))  # (L, S)
 dense_cross = ga.dense.six_steps(x, w_q, w_k, w_v, cross_mask, x_kv=x_kv)
 print("output row of query 2:", out_cross[2, 0].tolist())

@@ -44,3 +44,26 @@ def test_executes(path):
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(NOTEBOOKS)}})
     client.execute()  # raises CellExecutionError, naming the failing cell, when an assert fails
+
+
+def _outputs(nb):
+    """The text a reader sees, cell by cell: streams, plain text, HTML (tables) and the PNG bytes."""
+    seen = []
+    for cell in nb.cells:
+        outputs = cell.get("outputs", [])
+        seen.append("".join(out.text for out in outputs if out.output_type == "stream"))  # chunking varies
+        seen += [out.data[key] for out in outputs if "data" in out
+                 for key in ("text/plain", "text/html", "image/png") if key in out.data]
+    return seen
+
+
+def test_notebook_2_is_reproducible():
+    """Two fresh runs of notebook 2 print and draw the same things (it is seeded)."""
+    path = NOTEBOOKS / "02_message_passing.ipynb"
+    runs = []
+    for _ in range(2):
+        nb = nbformat.read(path, as_version=4)
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+        runs.append(_outputs(nb))
+    assert runs[0] == runs[1] and len(runs[0]) > 10
