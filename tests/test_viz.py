@@ -221,6 +221,8 @@ def test_attention_graph_labels_every_node_by_default(ax):
     ei = mask_to_edge_index(torch.tril(torch.ones(3, 3, dtype=torch.bool)))
     viz.attention_graph(ei, torch.ones(ei.size(1)), ax=ax)
     assert sorted(t.get_text() for t in ax.texts) == ["0", "0", "1", "1", "2", "2"]  # keys left, queries right
+    shared = viz.attention_graph(ei, torch.full((ei.size(1),), 0.5), ax=ax, vmax=1.0, max_width=4.0)
+    np.testing.assert_allclose(shared.get_linewidths(), 2.0)  # 0.5 on a scale whose top is 1.0
 
 
 def test_encoder_decoder_draws_the_three_graphs(ax):
@@ -239,8 +241,7 @@ def test_multihead_one_graph_per_head_with_shapes():
     fig = plt.figure()
     out = viz.multihead(ei, alpha, in_channels=8, out_channels=6, fig=fig)
     assert len(out["graphs"]) == 3
-    np.testing.assert_allclose(out["graphs"][2].get_linewidths(), 6.0 * alpha[:, 2].numpy() / alpha[:, 2].max().item(),
-                               rtol=1e-6)
+    np.testing.assert_allclose(out["graphs"][2].get_linewidths(), 6.0 * alpha[:, 2].numpy(), rtol=1e-6)  # one scale
     assert "(4, 3, 2)" in out["boxes"][0].get_text() and "(4, 6)" in out["boxes"][1].get_text()
     with pytest.raises(ValueError, match="'out_channels'"):
         viz.multihead(ei, alpha, in_channels=8, out_channels=7, fig=plt.figure())

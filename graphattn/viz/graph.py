@@ -45,6 +45,7 @@ def attention_graph(
     num_nodes: tuple[int, int] | int | None = None,
     max_width: float = 6.0,
     min_weight: float = 0.0,
+    vmax: float | None = None,
     fontsize: float = 8,
 ):
     """Draw attention as a bipartite graph: keys j on the left, queries i on the right, every node labelled.
@@ -70,13 +71,16 @@ def attention_graph(
         Line width in points of the heaviest edge.
     min_weight : float, default 0.0
         Edges with a weight below this are not drawn (default: draw all).
+    vmax : float, optional
+        The weight drawn ``max_width`` wide; default the largest drawn weight.
+        Pass the same value (e.g. 1.0) to graphs that are compared.
     fontsize : float, default 8
 
     Returns
     -------
     matplotlib.collections.LineCollection
         One segment per drawn edge, in the order of ``edge_index``;
-        ``get_linewidths()`` are ``max_width * alpha / max(alpha)``.
+        ``get_linewidths()`` are ``max_width * alpha / vmax`` (default ``vmax = max(alpha)``).
 
     Raises
     ------
@@ -101,6 +105,7 @@ def attention_graph(
     edgelist = [(("key", int(j)), ("query", int(i))) for (j, i), k in zip(ei.T, keep) if k]
     graph.add_edges_from(edgelist)
     top = float(a[keep].max()) if keep.any() and a[keep].max() > 0 else 1.0
+    top = top if vmax is None else float(vmax)
     widths = (max_width * a[keep] / top).tolist()
 
     ax = get_ax(ax)
@@ -232,7 +237,7 @@ def multihead(edge_index, alpha, *, in_channels: int, out_channels: int, num_nod
     -------
     dict
         ``"graphs"``: the H ``LineCollection`` of :func:`attention_graph`, one per
-        head; ``"boxes"``: the two text artists (split, concat -> W_O).
+        head, on one scale (a line ``6`` points wide is a weight of 1); ``"boxes"``: the two text artists (split, concat -> W_O).
 
     Raises
     ------
@@ -262,6 +267,7 @@ def multihead(edge_index, alpha, *, in_channels: int, out_channels: int, num_nod
         ax.set_axis_off()
     graphs = []
     for h in range(heads):
-        graphs.append(attention_graph(edge_index, a[:, h], tokens, axes[h + 1], num_nodes=n, fontsize=7))
+        graphs.append(attention_graph(edge_index, a[:, h], tokens, axes[h + 1], num_nodes=n, fontsize=7,
+                                      vmax=1.0))
         axes[h + 1].set_title(f"2) head {h}: alpha[:, {h}]  ({e},)\ny_{h}  ({n}, {d})", fontsize=9)
     return {"graphs": graphs, "boxes": boxes}

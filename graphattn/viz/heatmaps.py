@@ -251,7 +251,7 @@ def pattern_mask(pattern, L: int | None = None, ax=None, *, S: int | None = None
     S : int, optional
         Number of keys (default ``L``).
     legend : bool, default True
-        A legend naming the two colours (edge j -> i / no edge), below the axes.
+        A legend naming the two colours (edge j -> i / no edge), right of the axes.
 
     Returns
     -------
@@ -291,6 +291,6 @@ def pattern_mask(pattern, L: int | None = None, ax=None, *, S: int | None = None
     if legend:
         handles = [Patch(facecolor="black", edgecolor="0.5", label="edge j -> i (may attend)"),
                    Patch(facecolor="white", edgecolor="0.5", label="no edge")]
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7,
-                  frameon=False)
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False,
+                  handlelength=1.0)
     return image
