@@ -23,8 +23,16 @@ def _code(cells):
     return [c.source.strip() for c in cells if c.cell_type == "code"]
 
 
-def test_there_are_five_notebooks():
-    assert [p.stem[:2] for p in PATHS] == ["01", "02", "03", "04", "05"]
+def test_there_are_six_notebooks():
+    assert [p.stem[:2] for p in PATHS] == ["01", "02", "03", "04", "05", "06"]
+
+
+@pytest.mark.parametrize("path", PARAMS)
+def test_ends_with_exercises_and_checked_answers(path):
+    nb = nbformat.read(path, as_version=4)
+    heading = next(k for k, c in enumerate(nb.cells) if c.cell_type == "markdown" and "## Exercises" in c.source)
+    answers = [c for c in nb.cells[heading:] if c.cell_type == "code"]
+    assert answers and all("assert" in c.source for c in answers)
 
 
 @pytest.mark.parametrize("path", PARAMS)
