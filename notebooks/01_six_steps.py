@@ -335,3 +335,44 @@ enc = [n for n, m in torch.nn.TransformerEncoderLayer(8, 2).named_modules() if i
 dec = [n for n, m in torch.nn.TransformerDecoderLayer(8, 2).named_modules() if isinstance(m, torch.nn.MultiheadAttention)]
 print("encoder layer:", enc, " decoder layer:", dec)
 assert enc == ["self_attn"] and dec == ["self_attn", "multihead_attn"]
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. One query has the raw scores 3, 3, 3 and `d_k = 9`. What are its weights?
+# 2. Add 10 to each of the worked example's raw scores. Do the weights change?
+# 3. Which integer `d_k` from 1 to 8 brings the worked example closest to the
+#    source's 0.67 / 0.21 / 0.12?
+# 4. Unscaled, with unit-variance entries, what is the variance of `q · k` at
+#    `d_k = 1024`? (Read it from the table of mistake 1.)
+#
+# ### Answers (each checked)
+#
+# 1. One third each: equal scores give equal weights, whatever the scale.
+
+# %%
+assert torch.allclose(worked_example((3.0, 3.0, 3.0), d_k=9, values=torch.eye(3).tolist())["weights"],
+                      torch.full((3,), 1 / 3, dtype=torch.float64))
+
+# %% [markdown]
+# 2. No: the softmax is unchanged by adding the same number to every score of a row.
+
+# %%
+shifted = worked_example((12.1, 10.4, 9.7), d_k=4)["weights"]
+assert torch.allclose(shifted, ex["weights"], atol=1e-12)
+
+# %% [markdown]
+# 3. `d_k = 2` (dividing by `sqrt(2)`), as the errata say.
+
+# %%
+def distance_to_source(d_k):
+    return max(abs(a - b) for a, b in zip(worked_example((2.1, 0.4, -0.3), d_k=d_k)["weights"].tolist(), BOOK_WEIGHTS))
+
+
+assert min(range(1, 9), key=distance_to_source) == 2
+
+# %% [markdown]
+# 4. About 1024 (a sum of 1024 products of unit variance); measured within 20 %.
+
+# %%
+assert 0.8 * 1024 < table[(table.d_k == 1024) & ~table.scaled].variance.item() < 1.2 * 1024

@@ -347,8 +347,8 @@ print(f"final loss {loss.item():.4f}, test accuracy {accuracy:.3f}")
 
 # %%
 fig, ax = plt.subplots(figsize=(4, 3.4), layout="constrained")
-viz.attention_heatmap(cross_map, [f"out {i}" for i in range(n)], [f"in {j}" for j in range(n)], ax=ax,
-                      vmin=0.0, vmax=1.0, title="learned cross-attention, sequence 0")
+image = viz.attention_heatmap(cross_map, [f"out {i}" for i in range(n)], [f"in {j}" for j in range(n)], ax=ax,
+                              vmin=0.0, vmax=1.0, title="learned cross-attention, sequence 0")
 
 # %% [markdown]
 # Measured: the layer copies the reversed sequence on held-out inputs, and the

@@ -265,7 +265,7 @@ dense_plain = ga.graphs.edge_weights_to_dense(all_pairs, alpha_plain, (n_k, n_k)
 dense_spatial = ga.graphs.edge_weights_to_dense(all_pairs, alpha_spatial, (n_k, n_k))[0]
 top = float(max(dense_plain.max(), dense_spatial.max()))
 viz.attention_heatmap(dense_plain, ax=axes[0], vmin=0, vmax=top, title="complete graph, no bias", colorbar=False)
-viz.attention_heatmap(dense_spatial, ax=axes[1], vmin=0, vmax=top, title="+ spatial encoding b(phi(i, j))")
+image = viz.attention_heatmap(dense_spatial, ax=axes[1], vmin=0, vmax=top, title="+ spatial encoding b(phi(i, j))")
 
 # %% [markdown]
 # ## A GraphGPS-style layer

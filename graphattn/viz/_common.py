@@ -58,7 +58,7 @@ def set_ticks(ax, axis: str, labels: list[str] | None, n: int, max_labels: int =
 
     target = ax.xaxis if axis == "x" else ax.yaxis
     if labels is None:  # every index while few, else integer steps
-        target.set_major_locator(MaxNLocator(integer=True, nbins=n if n <= 16 else "auto"))
+        target.set_major_locator(MaxNLocator(integer=True, nbins=n if n <= 8 else "auto"))
         return
     step = max(1, -(-n // max_labels))  # ceil(n / max_labels): labels never overlap
     positions = list(range(0, n, step))
