@@ -89,7 +89,13 @@ for ax, (name, w) in zip(axes, weights.items()):
 # %% [markdown]
 # In GAT's map every row has the same shape (the same columns are bright for
 # every query); in the dot-product map each row picks its own keys.
-#
+
+# %%
+order_gat = weights["GATConv"].argsort(1, descending=True)  # (N, N): keys from most to least read, per query
+order_dot = weights["AttentionConv"].argsort(1, descending=True)
+assert (order_gat == order_gat[0]).all() and not (order_dot == order_dot[0]).all()
+
+# %% [markdown]
 # ## Permutation equivariance: the layer sees a set
 #
 # Renumber the nodes with a permutation `P` (and the edges with them): the
