@@ -246,3 +246,36 @@ def test_multihead_one_graph_per_head_with_shapes():
     with pytest.raises(ValueError, match="'out_channels'"):
         viz.multihead(ei, alpha, in_channels=8, out_channels=7, fig=plt.figure())
     plt.close("all")
+
+
+def _record():
+    from graphattn.interop.records import AttentionRecord
+
+    causal = mask_to_edge_index(torch.tril(torch.ones(3, 3, dtype=torch.bool)))  # (2, 6)
+    full = mask_to_edge_index(torch.ones(3, 3, dtype=torch.bool))  # (2, 9)
+    alpha_causal = torch.tensor([[1.0, 1.0], [0.5, 0.2], [0.5, 0.8], [0.1, 0.3], [0.2, 0.3], [0.7, 0.4]])
+    return AttentionRecord("a b c", ["a", "b", "c"], [causal, full], [alpha_causal, torch.full((9, 2), 1 / 3)])
+
+
+def test_bertviz_attention_format_and_missing_edges():
+    data = viz.bertviz_attention(_record())
+    assert [tuple(a.shape) for a in data["attention"]] == [(1, 2, 3, 3), (1, 2, 3, 3)]
+    assert data["tokens"] == ["a", "b", "c"]
+    # queries on rows: row 1 of head 1 is what query 1 reads (keys 0, 1)
+    np.testing.assert_allclose(data["attention"][0][0, 1, 1].numpy(), [0.2, 0.8, 0.0])
+    assert data["missing"][0].tolist() == [[False, True, True], [False, False, True], [False, False, False]]
+    assert not data["missing"][1].any()
+    with pytest.raises(ValueError, match="'view'"):
+        viz.bertviz_view(_record(), view="neuron")
+
+
+def test_bertviz_view_without_and_with_bertviz(monkeypatch):
+    import sys
+
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "bertviz", None)  # as if not installed
+        with pytest.raises(ImportError, match="pip install bertviz"):
+            viz.bertviz_view(_record())
+    pytest.importorskip("bertviz")
+    html = viz.bertviz_view(_record(), view="model")
+    assert "a" in html.data and "0.8" in html.data  # the weights travel into the page's JSON

@@ -15,7 +15,8 @@ reads key j (the edge's source). Heatmaps carry a colour bar and take
 from graphattn.viz._common import KEY_LABEL, QUERY_LABEL
 from graphattn.viz.graph import attention_graph, encoder_decoder, multihead
 from graphattn.viz.heatmaps import attention_heatmap, head_grid, pattern_mask
+from graphattn.viz.interactive import bertviz_attention, bertviz_view
 from graphattn.viz.pareto import pareto
 
 __all__ = ["attention_heatmap", "head_grid", "pattern_mask", "attention_graph", "encoder_decoder", "multihead",
-           "pareto", "QUERY_LABEL", "KEY_LABEL"]
+           "pareto", "bertviz_attention", "bertviz_view", "QUERY_LABEL", "KEY_LABEL"]
