@@ -1,4 +1,5 @@
-"""ops.attention: every kernel ("sdpa", "block", "csr") against the dense oracle and a per-edge loop.
+"""ops.attention: every kernel ("sdpa", "block", "csr") against the dense oracle and a per-edge loop;
+float16/bfloat16 against SDPA in the same dtype and float64; the structure cache under threads.
 
 References: ``dense.six_steps`` (the oracle; identity projections so that its
 queries/keys/values are ours) for graphs without duplicate edges, and
