@@ -172,7 +172,12 @@ def main(args: argparse.Namespace) -> int:
         return 2
     lines = _six_steps_report(args.length, args.dim, args.seed, args.causal, args.decimals)
     lines += _worked_report(args.scores, args.d_k, args.decimals)
-    lines += errata_lines(errata(model=args.minilm))
+    try:
+        rows = errata(model=args.minilm)
+    except ImportError as err:  # --minilm without the hf extra
+        print(f"graphattn steps: --minilm needs the pretrained model ({err})", file=sys.stderr)
+        return 2
+    lines += errata_lines(rows)
     if not args.minilm:
         lines += ["   (two more claims, about a pretrained model, are measured with --minilm)"]
     print("\n".join(lines))
