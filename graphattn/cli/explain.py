@@ -60,7 +60,6 @@ def _plot(weights, tokens: list[str], query: int, layer: int, head: int, out: Pa
     fig, ax = plt.subplots(figsize=(side + 1, side))
     image = viz.attention_heatmap(weights[layer, head], labels, labels, ax=ax,
                                   title=f"layer {layer}, head {head}: row i = what query i reads")
-    fig.colorbar(image, ax=ax, label="attention weight")
     ax.axhline(query - 0.5, color="w", lw=0.8)
     ax.axhline(query + 0.5, color="w", lw=0.8)
     fig.savefig(paths[0], dpi=120, bbox_inches="tight")
