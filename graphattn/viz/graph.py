@@ -262,7 +262,7 @@ def multihead(edge_index, alpha, *, in_channels: int, out_channels: int, num_nod
     boxes = [axes[0].text(0.5, 0.5, split, ha="center", va="center", fontsize=8, bbox=box),
              axes[-1].text(0.5, 0.5, concat, ha="center", va="center", fontsize=8, bbox=box)]
     axes[0].set_title("1) project, split", fontsize=9)
-    axes[-1].set_title(f"3) concat, 4) W_O", fontsize=9)
+    axes[-1].set_title("3) concat, 4) W_O", fontsize=9)
     for ax in (axes[0], axes[-1]):
         ax.set_axis_off()
     graphs = []
