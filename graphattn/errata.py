@@ -2,7 +2,7 @@
 
 :func:`errata` returns one row per claim: the claim, one computed line, and the
 numbers behind it. ``graphattn steps`` prints them (``--minilm`` adds the two
-that need the pretrained model), notebook 1 shows them, and docs/learn.md holds
+that need the pretrained model), notebook 1 shows them, and the README's "Learn" section holds
 :func:`errata_markdown`'s table, which a test regenerates.
 """
 
@@ -210,7 +210,7 @@ def errata_lines(rows: list[dict]) -> list[str]:
 
 
 def errata_markdown(rows: list[dict]) -> str:
-    """The errata as a Markdown table (docs/learn.md holds this text; a test regenerates it)."""
+    """The errata as a Markdown table (the README's "Learn" section holds this text; a test regenerates it)."""
     lines = ["| the source says | measured here |", "|---|---|"]
     cells = [(row["claim"].replace("|", "\\|"), row["measured"].replace("|", "\\|")) for row in rows]
     lines += [f"| {claim} | {measured} |" for claim, measured in cells]

@@ -263,7 +263,7 @@ assert m.loc["zero after, renormalise", "max |output - correct|"] < 1e-12
 #
 # The textbook section this notebook follows states a few things that do not
 # hold. `graphattn.errata.errata()` computes one line per claim (the same lines
-# `graphattn steps` prints, and the table in `docs/learn.md`); the two claims
+# `graphattn steps` prints, and the table in the README's "Learn" section); the two claims
 # about a pretrained model (over-smoothing, [CLS]) are measured in notebook 3
 # and by `errata(model=True)`.
 
