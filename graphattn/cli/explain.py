@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "draw both rows of WORD and their difference on one colour scale")
     parser.add_argument("--keys", nargs="+", default=(), metavar="KEY",
                         help="with --compare: print the per-layer table of WORD -> KEY (heads averaged) "
-                             "in both sentences; KEY as WORD (the@7, [CLS] allowed)")
+                             "in both sentences; KEY as WORD (the@7, and '[CLS]', quoted in a shell)")
     parser.add_argument("--layer", type=int_in("--layer", 0, MAX_INDEX), default=None, metavar="L",
                         help="layer of the single heatmap, from 0 (default: the last; not with --compare)")
     parser.add_argument("--head", type=int_in("--head", 0, MAX_INDEX), default=None, metavar="H",
