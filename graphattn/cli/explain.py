@@ -58,9 +58,8 @@ def _plot(weights, tokens: list[str], query: int, layer: int, head: int, out: Pa
     side = min(max(4.0, 0.32 * num_tokens + 2), 16.0)
     labels = tokens if num_tokens <= 64 else None  # tick labels only while readable
     fig, ax = plt.subplots(figsize=(side + 1, side))
-    image = viz.attention_heatmap(weights[layer, head], labels, labels, ax=ax,
-                                  title=f"layer {layer}, head {head}: row i = what query i reads")
-    fig.colorbar(image, ax=ax, label="attention weight")
+    viz.attention_heatmap(weights[layer, head], labels, labels, ax=ax,
+                          title=f"layer {layer}, head {head}: row i = what query i reads")
     ax.axhline(query - 0.5, color="w", lw=0.8)
     ax.axhline(query + 0.5, color="w", lw=0.8)
     fig.savefig(paths[0], dpi=120, bbox_inches="tight")

@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--patterns", nargs="+", metavar="SPEC", default=None,
                         help=f"pattern specs (default: {' '.join(DEFAULT_PATTERNS)}); the dense row is always first")
     parser.add_argument("--limit", type=int_in("--limit", 3, 100_000), default=DEFAULT_LIMIT, metavar="N",
-                        help=f"number of passages (at least 3), evenly spaced over the corpus (default {DEFAULT_LIMIT})")
+                        help=f"number of passages (at least 3), evenly spaced over the corpus "
+                             f"(default {DEFAULT_LIMIT})")
     parser.add_argument("--max-length", type=int_in("--max-length", 8, 100_000), default=128, metavar="T",
                         help="most tokens per passage, [CLS] and [SEP] included, at most the model's position "
                              "embeddings (512) (default 128)")
@@ -53,12 +54,12 @@ def main(args: argparse.Namespace) -> int:
     from graphattn import prune
 
     specs = [parse_spec(s) for s in (args.patterns or DEFAULT_PATTERNS)]
+    prune.run.check_max_length(prune.run.model_config(), args.max_length)  # before any weight is loaded
     passages, source = None, PYDOC_SOURCE
     if args.text:
         passages, source = prune.corpus.read_passages(args.text, args.limit, max_length=args.max_length), args.text
         _enough(passages, source)
     model, tokenizer = prune.load_model()
-    prune.run.check_max_length(model, args.max_length)
     if passages is None:
         passages = _enough(prune.corpus.pydoc_passages(tokenizer, args.max_length, args.limit), source)
     threads = torch.get_num_threads()

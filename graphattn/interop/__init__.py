@@ -32,10 +32,14 @@ _LAZY = {
     "attention_conv_from_hf": "hf_conv", "AttentionRecord": "records", "attention_records": "records",
 }
 
+_MODULES = {"explain", "hf", "hf_conv", "hooks", "masks", "records"}
+
 __all__ = sorted(_LAZY)
 
 
 def __getattr__(name):
     if name in _LAZY:
         return getattr(importlib.import_module(f"graphattn.interop.{_LAZY[name]}"), name)
+    if name in _MODULES:
+        return importlib.import_module(f"graphattn.interop.{name}")
     raise AttributeError(f"module 'graphattn.interop' has no attribute {name!r}")

@@ -135,8 +135,19 @@ def _unsupported(name: str) -> str:
 def load_model(model_class, name_or_path, **kwargs):
     """``model_class.from_pretrained(name_or_path, attn_implementation="graphattn", **kwargs)``, checked.
 
-    Registers first; ``model_class`` is a transformers model class or an auto
-    class such as ``AutoModel``.
+    Parameters
+    ----------
+    model_class : type
+        A transformers model class (``GPT2Model``) or an auto class (``AutoModel``).
+    name_or_path : str or os.PathLike
+        What ``from_pretrained`` takes; pass ``local_files_only=True`` to stay offline.
+    **kwargs
+        Passed to ``from_pretrained`` (``dtype``, ``local_files_only``, ...).
+
+    Returns
+    -------
+    transformers.PreTrainedModel
+        Running with graph attention (registered first, if not yet).
 
     Raises
     ------

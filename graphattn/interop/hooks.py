@@ -168,14 +168,16 @@ def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value
     k = key.transpose(1, 2).reshape(num_b * num_k, heads, dim)  # (B*S, H, D)
     v = value.transpose(1, 2).reshape(num_b * num_k, heads, value.size(-1))  # (B*S, H, D_v)
     edge_bias = None if graph.edge_bias is None else graph.edge_bias.to(q.dtype)  # (E, Hm)
-    out, alpha = ops.attention(q, k, v, graph.edge_index, scale=scaling, edge_bias=edge_bias,
-                               dropout=dropout, training=module.training)  # (B*L, H, D_v), (E, H)
+    wanted = _weights_requested(module, kwargs)
+    need = wanted or bool(recorders) or bool(observers)  # weights only for someone who reads them
+    out, alpha = ops.attention(q, k, v, graph.edge_index, scale=scaling, edge_bias=edge_bias, dropout=dropout,
+                               training=module.training, need_weights=need)  # (B*L, H, D_v), (E, H) or None
     for calls in recorders:
         calls.append((layer, graph, alpha.detach()))
     out = out.view(num_b, num_q, heads, -1)  # (B, L, H, D_v)
     for observe in observers:
         observe(layer, query, key, value, graph, out, alpha)
-    weights = graph.dense(alpha) if _weights_requested(module, kwargs) else None  # (B, H, L, S)
+    weights = graph.dense(alpha) if wanted else None  # (B, H, L, S)
     return out, weights
 
 

@@ -12,7 +12,10 @@ model's 2-D ``attention_mask`` and notes which tokens are real
 (:func:`note_padding`). In self-attention a padding token is then an absent
 node: no edge in either direction, so its output row is exactly 0. A 4-D mask
 the caller built is taken as it is: a key that no query reads is a node
-without out-edges, and its own query row keeps its edges.
+without out-edges, and its own query row keeps its edges. (A model that
+slices the mask before its attention layers hands over a new tensor, whose
+padding is then unknown: padding queries keep their edges, as in eager, which
+changes nothing a real token sees.)
 
 Sparsity (a Pattern in each sequence's own token positions, or a bool mask,
 possibly per head) can only remove edges. Per-head edge sets share one graph,

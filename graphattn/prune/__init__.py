@@ -6,7 +6,6 @@ The experiment, a module per concept:
   documentation, or a user's file);
 - :mod:`graphattn.prune.specs`: short pattern specs (``window:8``,
   ``topk:16``, ``window:4|global:0``) and what each keeps per layer and head;
-- :mod:`graphattn.prune.topk`: the one batched top-k mask;
 - :mod:`graphattn.prune.metrics`: attention mass, KL, output error, retrieval fidelity, FLOPs;
 - :mod:`graphattn.prune.run`: :func:`run_experiment`, built on the Hugging
   Face bridge's sparsity hook (:func:`graphattn.interop.hf.sparsity`);
@@ -15,14 +14,13 @@ The experiment, a module per concept:
 Nothing heavy (transformers, pandas, matplotlib) is imported until a function needs it.
 """
 
-from graphattn.prune import corpus, metrics, specs, topk
+from graphattn.prune import corpus, metrics, specs
 from graphattn.prune.corpus import DEFAULT_LIMIT
 from graphattn.prune.report import (SELF_CHECK_TOL, TABLE_COLUMNS, format_table, self_check,
                                     write_outputs)
 from graphattn.prune.run import load_model, run_experiment
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, Spec, parse_spec
-from graphattn.prune.topk import budget_mask, topk_mask
 
-__all__ = ["corpus", "metrics", "specs", "topk", "run_experiment", "load_model", "self_check", "format_table",
+__all__ = ["corpus", "metrics", "specs", "run_experiment", "load_model", "self_check", "format_table",
            "write_outputs", "parse_spec", "Spec", "SPEC_HELP", "DEFAULT_PATTERNS",
-           "DEFAULT_LIMIT", "SELF_CHECK_TOL", "TABLE_COLUMNS", "topk_mask", "budget_mask"]
+           "DEFAULT_LIMIT", "SELF_CHECK_TOL", "TABLE_COLUMNS"]

