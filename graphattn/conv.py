@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from graphattn import ops
-from graphattn.routing import attend, needs_propagate, resolve
+from graphattn.routing import attend, resolve, use_propagate
 
 __all__ = ["AttentionConv"]
 
@@ -203,7 +203,7 @@ class AttentionConv(MessagePassing):
             spans all N nodes, across graphs. Ignored with an edge list.
 
         In explain mode, with a message-passing hook registered, or under
-        ``torch.compile``, the layer runs ``propagate`` (:func:`graphattn.routing.needs_propagate`).
+        ``torch.compile``, the layer runs ``propagate`` (:func:`graphattn.routing.use_propagate`).
 
         Returns
         -------
@@ -211,7 +211,7 @@ class AttentionConv(MessagePassing):
         (edge_index, alpha) : (Tensor (2, E), Tensor (E, H)), only if requested.
         """
         query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
-        slow = self.impl == "message_passing" or needs_propagate(self)
+        slow = use_propagate(self, edge_index, batch)
         edge_index, graph, _ = resolve(edge_index, size, batch, key.size(0), query.size(0),
                                        slow or return_attention_weights, query.device)
         if slow:
