@@ -24,9 +24,9 @@ from graphattn import dense, graphs, ops, patterns  # noqa: E402
 from graphattn.ops import attention  # noqa: E402
 
 _LAZY = {"AttentionConv": ("graphattn.conv", "AttentionConv"), "conv": ("graphattn.conv", None),
-         "interop": ("graphattn.interop", None)}
+         "interop": ("graphattn.interop", None), "TransformerConv": ("graphattn.transformer_conv", "TransformerConv")}
 
-__all__ = ["AttentionConv", "attention", "conv", "dense", "graphs", "interop", "ops", "patterns", "__version__"]
+__all__ = ["AttentionConv", "TransformerConv", "attention", "conv", "dense", "graphs", "interop", "ops", "patterns", "__version__"]
 
 
 def __getattr__(name):

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from graphattn import ops
-from graphattn.patterns import is_pattern
+from graphattn.routing import attend, resolve, use_propagate
 
 __all__ = ["AttentionConv"]
 
@@ -177,21 +177,33 @@ class AttentionConv(MessagePassing):
         return tuple(parts)
 
     def forward(self, x, edge_index: Tensor, *, edge_bias: Tensor | None = None,
-                return_attention_weights: bool = False):
+                return_attention_weights: bool = False, size=None, batch: Tensor | None = None):
         """Attend along ``edge_index``.
 
         Parameters
         ----------
         x : Tensor, shape (N, F_in), or pair ``(x_kv, x_q)``, or triple ``(x_k, x_v, x_q)``
-        edge_index : Tensor, shape (2, E), or graphattn.patterns.Pattern
-            Row 0 = source j (key/value), row 1 = target i (query). A pattern
-            stands for ``pattern.edge_index(L, S)``; the complete and causal
-            patterns then run dense SDPA without building the L x S edges.
+        edge_index : Tensor (2, E), EdgeIndex, sparse ``adj_t (L, S)``, SparseTensor, or graphattn.patterns.Pattern
+            Row 0 = source j (key/value), row 1 = target i (query); a sparse
+            adjacency is PyG's transposed one (``adj_t[i, j] != 0`` for the edge
+            j -> i). A pattern stands for ``pattern.edge_index(L, S)``; the
+            complete and causal patterns then run dense SDPA without building
+            the L x S edges.
         edge_bias : Tensor, shape (E,) or (E, H), optional
             Added to the scaled scores before the softmax.
         return_attention_weights : bool
             Also return ``(edge_index, alpha)`` with ``alpha`` of shape (E, H)
             (a pattern's edges are then built, so that alpha has an order).
+        size : tuple (S, L), optional
+            PyG's ``size``; checked against the features.
+        batch : Tensor, shape (N,), optional
+            PyG's ``batch`` vector: a pattern then applies within each graph
+            (``patterns.full()``: every node attends to its own graph), on the
+            ragged kernel (see :mod:`graphattn.routing`). Without it a pattern
+            spans all N nodes, across graphs. Ignored with an edge list.
+
+        In explain mode, with a message-passing hook registered, or under
+        ``torch.compile``, the layer runs ``propagate`` (:func:`graphattn.routing.use_propagate`).
 
         Returns
         -------
@@ -199,15 +211,14 @@ class AttentionConv(MessagePassing):
         (edge_index, alpha) : (Tensor (2, E), Tensor (E, H)), only if requested.
         """
         query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
-        if is_pattern(edge_index):  # alpha follows the pattern's edges
-            if self.impl == "message_passing" or return_attention_weights:
-                edge_index = edge_index.edge_index(query.size(0), key.size(0))  # (2, E)
-        if self.impl == "message_passing":
-            out, alpha = self._message_passing(query, key, value, edge_index, edge_bias)
+        slow = use_propagate(self, edge_index, batch)
+        edge_index, graph, _ = resolve(edge_index, size, batch, key.size(0), query.size(0),
+                                       slow or return_attention_weights, query.device)
+        if slow:
+            out, alpha = self._message_passing(query, key, value, graph, edge_bias)
         else:
-            out, alpha = ops.attention(query, key, value, edge_index, edge_bias=edge_bias,
-                                       dropout=self.dropout, training=self.training,
-                                       need_weights=return_attention_weights)  # (L, H, D), (E, H) or None
+            out, alpha = attend(query, key, value, graph, batch, edge_bias=edge_bias, dropout=self.dropout,
+                                training=self.training, need_weights=return_attention_weights)  # (L, H, D), (E, H)
         out = out.reshape(query.size(0), self.out_channels)  # (L, H*D)
         if self.lin_out is not None:
             out = self.lin_out(out)  # (L, F_out)
@@ -219,7 +230,8 @@ class AttentionConv(MessagePassing):
         """The readable path: ``edge_update`` (scores, softmax) then ``propagate`` (``message``)."""
         from graphattn.graphs import check_edge_index
 
-        check_edge_index(edge_index, key.size(0), query.size(0))
+        if not torch.compiler.is_compiling():  # reads indices on the host: a graph break
+            check_edge_index(edge_index, key.size(0), query.size(0))
         size = (key.size(0), query.size(0))  # (S, L), PyG order
         edge_bias = ops.check_edge_bias(edge_bias, edge_index.size(1), self.heads)
         alpha = self.edge_updater(edge_index, query=query, key=key, edge_bias=edge_bias, size=size)  # (E, H)

@@ -1,4 +1,5 @@
-"""ops.attention: every kernel ("sdpa", "block", "csr") against the dense oracle and a per-edge loop.
+"""ops.attention: every kernel ("sdpa", "block", "csr") against the dense oracle and a per-edge loop;
+float16/bfloat16 against SDPA in the same dtype and float64; the structure cache under threads.
 
 References: ``dense.six_steps`` (the oracle; identity projections so that its
 queries/keys/values are ours) for graphs without duplicate edges, and
@@ -702,3 +703,16 @@ def test_cache_size_is_configurable():
     finally:
         ops.set_cache_size(ops.CACHE_SIZE)
     assert ops.cache_size() == ops.CACHE_SIZE == 8
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_types_with_non_finite_features_on_the_fused_path(dtype):
+    """The guard's exact recompute runs half types too: only the readers of a NaN key get NaN."""
+    L, poisoned = 70, 30
+    q, k, v = (torch.randn(L, 2, 8).to(dtype) for _ in range(3))
+    k[poisoned] = float("nan")
+    for edges in (patterns.causal(), patterns.causal().edge_index(L)):
+        out, _ = ops.attention(q, k, v, edges)
+        assert out.dtype == dtype and torch.isnan(out[poisoned:]).all()
+        clean, _ = ops.attention(q[:poisoned], k[:poisoned], v[:poisoned], patterns.causal())
+        _assert_half_close(out[:poisoned], clean, dtype)  # the earlier queries never read the NaN

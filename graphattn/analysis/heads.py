@@ -62,13 +62,8 @@ def mean_attention_distance(edge_index: Tensor, alpha: Tensor | Sequence[Tensor]
     """Mean attention distance per layer and head: ``sum_j alpha_ij |i - j|`` averaged over queries i.
 
     Node indices are taken as token positions, so the unit is tokens. Queries
-    with no incoming edge are left out of the average.
-
-    Parameters
-    ----------
-    edge_index : Tensor, shape (2, E)
-        Row 0 = source j (key), row 1 = target i (query).
-    alpha : Tensor, shape (E, H) or (layers, E, H), or a sequence of (E, H)
+    with no incoming edge are left out of the average. Parameters as
+    :func:`self_share`.
 
     Returns
     -------

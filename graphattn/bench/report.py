@@ -165,14 +165,14 @@ def _machine() -> str:
 def _plot(frame, path) -> None:
     """Time against L, one panel per pattern; colour = method, solid = fwd, dashed = fwd+bwd."""
     import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: the backend stays the caller's
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     ok = frame[(frame["status"] == "ok") & frame.get("sweep", frame["status"]).ne("scaling")]
     pats = list(dict.fromkeys(ok["pattern"]))
-    colors = dict(zip(METHODS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    fig, axes = plt.subplots(1, max(len(pats), 1), figsize=(4 * max(len(pats), 1), 3.5), squeeze=False)
+    colors = dict(zip(METHODS, matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]))
+    fig = Figure(figsize=(4 * max(len(pats), 1), 3.5))
+    axes = fig.subplots(1, max(len(pats), 1), squeeze=False)
     for ax, pat in zip(axes[0], pats):
         for (method, mode), g in ok[ok["pattern"] == pat].groupby(["method", "mode"]):
             g = g.sort_values("L")
@@ -184,4 +184,3 @@ def _plot(frame, path) -> None:
         ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)

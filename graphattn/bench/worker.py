@@ -80,43 +80,38 @@ def _topk_table(q, k, keys):
     return table
 
 
-def _setup(case):
-    """Inputs, structure and the call for one case; returns (run, prep_s, flops)."""
-    import torch
-    import torch.nn.functional as F
+def _pattern(case, q, k):
+    """The case's pattern (or, for top-k, its table (L, S) of the head-averaged scores): (Pattern, table)."""
+    from graphattn import patterns
 
-    from graphattn import graphs, ops, patterns
-
-    torch.manual_seed(0)
-    device, dtype = torch.device(case["device"]), getattr(torch, case["dtype"])
-    L, H, D, method, pattern, mode = case["L"], case["heads"], case["dim"], case["method"], case["pattern"], case["mode"]
-    grad = mode == "fwdbwd"
-    q, k, v = (torch.randn(L, H, D, device=device, dtype=dtype) for _ in range(3))  # (L, H, D)
-    table = None
+    L, pattern = case["L"], case["pattern"]
     if pattern == "complete":
-        pat = patterns.full()
-    elif pattern == "window":
-        pat = patterns.window(WINDOW, WINDOW)
-    elif pattern == "random":  # bind (an L x S table for mask_mod) only where a mask is needed
+        return patterns.full(), None
+    if pattern == "window":
+        return patterns.window(WINDOW, WINDOW), None
+    if pattern == "random":  # bind (an L x S table for mask_mod) only where a mask is needed
         pat = patterns.random(KEYS, seed=0)
-        pat = pat.bind(L, L) if method in ("flex", "sdpa_mask") else pat
-    else:
-        table = _topk_table(q, k, KEYS)  # (L, S)
-        pat = None
-    flops = 4 * num_edges(pattern, L) * H * D * (3 if grad else 1)
-    t0 = time.perf_counter()
+        return (pat.bind(L, L) if case["method"] in ("flex", "sdpa_mask") else pat), None
+    return None, _topk_table(q, k, KEYS)  # (L, S)
+
+
+def _structure(case, pat, table, device):
+    """What the method needs besides q, k, v, built once (timed as ``prep_s``): edges, a mask or a BlockMask."""
+    import torch
+
+    from graphattn import graphs, ops
+
+    L, method = case["L"], case["method"]
     if method in ("graphattn", "pyg"):
-        if pattern == "complete" and method == "graphattn":
-            edges = pat  # the dense path, no edges built
-        elif table is not None:
-            edges = graphs.mask_to_edge_index(table).to(device)
-        else:
-            edges = pat.edge_index(L).to(device)
-        if method != "pyg" and isinstance(edges, torch.Tensor):
+        if case["pattern"] == "complete" and method == "graphattn":
+            return pat  # the dense path, no edges built
+        edges = graphs.mask_to_edge_index(table).to(device) if table is not None else pat.edge_index(L).to(device)
+        if method == "graphattn":
             ops.prepare(edges, L, device=device).tiles()
-    elif method == "sdpa_mask":
-        mask = table if table is not None else pat.mask(L).to(device)  # (L, S)
-    elif method == "flex":
+        return edges
+    if method == "sdpa_mask":
+        return table if table is not None else pat.mask(L).to(device)  # (L, S)
+    if method == "flex":
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         if table is not None:
@@ -124,38 +119,54 @@ def _setup(case):
                 return table[q_idx, kv_idx]
         else:
             mask_mod = pat.mask_mod
-        block_mask = None if pattern == "complete" else create_block_mask(mask_mod, None, None, L, L, device=device)
-        flex = torch.compile(flex_attention, dynamic=False)
-    prep_s = time.perf_counter() - t0
+        block_mask = None if case["pattern"] == "complete" else create_block_mask(mask_mod, None, None, L, L,
+                                                                                  device=device)
+        return torch.compile(flex_attention, dynamic=False), block_mask
+    return None
 
+
+def _call(case, q, k, v, structure, grad: bool):
+    """The timed call and the tensors whose gradients it computes: (call, inputs)."""
+    import torch
+    import torch.nn.functional as F
+
+    from graphattn import ops
+
+    method, (L, H, D) = case["method"], q.shape
     if method == "pyg":
         from torch_geometric.nn import TransformerConv
 
-        layer = TransformerConv(H * D, D, heads=H, root_weight=False).to(device=device, dtype=dtype)
+        layer = TransformerConv(H * D, D, heads=H, root_weight=False).to(device=q.device, dtype=q.dtype)
         layer.lin_query = layer.lin_key = layer.lin_value = torch.nn.Identity()  # the attention part only
-        x = torch.randn(L, H * D, device=device, dtype=dtype, requires_grad=grad)  # q = k = v = x (L, H*D)
-        inputs = [x]
+        x = torch.randn(L, H * D, device=q.device, dtype=q.dtype, requires_grad=grad)  # q = k = v = x (L, H*D)
+        return (lambda: layer(x, structure)), [x]
+    if method == "graphattn":
+        inputs = [t.requires_grad_(grad) for t in (q, k, v)]
+        return (lambda: ops.attention(q, k, v, structure, need_weights=False)[0]), inputs
+    qd, kd, vd = (t.transpose(0, 1).unsqueeze(0).contiguous().requires_grad_(grad) for t in (q, k, v))  # (1, H, L, D)
+    if method == "sdpa":
+        return (lambda: F.scaled_dot_product_attention(qd, kd, vd)), [qd, kd, vd]
+    if method == "sdpa_mask":
+        return (lambda: F.scaled_dot_product_attention(qd, kd, vd, attn_mask=structure)), [qd, kd, vd]
+    flex, block_mask = structure
+    return (lambda: flex(qd, kd, vd, block_mask=block_mask)), [qd, kd, vd]
 
-        def call():
-            return layer(x, edges)
-    else:
-        if method == "graphattn":
-            inputs = [t.requires_grad_(grad) for t in (q, k, v)]
 
-            def call():
-                return ops.attention(q, k, v, edges, need_weights=False)[0]
-        else:
-            qd, kd, vd = (t.transpose(0, 1).unsqueeze(0).contiguous().requires_grad_(grad) for t in (q, k, v))
-            inputs = [qd, kd, vd]  # (1, H, L, D)
-            if method == "sdpa":
-                def call():
-                    return F.scaled_dot_product_attention(qd, kd, vd)
-            elif method == "sdpa_mask":
-                def call():
-                    return F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask)
-            else:
-                def call():
-                    return flex(qd, kd, vd, block_mask=block_mask)
+def _setup(case):
+    """Inputs, structure and the call for one case; returns (run, prep_s, flops)."""
+    import torch
+
+    torch.manual_seed(0)
+    device, dtype = torch.device(case["device"]), getattr(torch, case["dtype"])
+    L, H, D = case["L"], case["heads"], case["dim"]
+    grad = case["mode"] == "fwdbwd"
+    q, k, v = (torch.randn(L, H, D, device=device, dtype=dtype) for _ in range(3))  # (L, H, D)
+    pat, table = _pattern(case, q, k)
+    flops = 4 * num_edges(case["pattern"], L) * H * D * (3 if grad else 1)
+    t0 = time.perf_counter()
+    structure = _structure(case, pat, table, device)
+    prep_s = time.perf_counter() - t0
+    call, inputs = _call(case, q, k, v, structure, grad)
 
     def run():
         if not grad:

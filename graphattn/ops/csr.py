@@ -3,9 +3,10 @@
 Edges sorted by target (:class:`~graphattn.ops.structure._Graph`); scores by a
 sampled dense-dense matmul (``torch.sparse.sampled_addmm``), the softmax over
 the CSR segments (:func:`~graphattn.ops.softmax.segment_softmax`), the
-aggregation as CSR x dense; backward with the transposed CSR. One sparse call
-per head: PyTorch's CPU sparse kernels have no batched CSR matmul, and the
-batched ``sampled_addmm`` is slower than the per-head one (checked on 2.13).
+aggregation as CSR x dense; backward with the transposed CSR. The scores are
+one batched ``sampled_addmm`` over the heads; the aggregation is one CSR x
+dense matmul per head, because PyTorch's CPU sparse kernels have no batched
+CSR x dense product (checked on 2.13).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from graphattn.ops.softmax import segment_softmax, segment_softmax_backward
 from graphattn.ops.structure import _Graph
 
 
-def _csr(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
+def _csr(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, ...]) -> Tensor:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
@@ -31,23 +32,23 @@ def _csr(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Te
 def sddmm(graph: _Graph, a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     """``out[h, e] = alpha * a[i_e, h] · b[j_e, h]`` on the sorted edges; a (L, H, D), b (S, H, D) -> (H, E).
 
-    One sampled dense-dense matmul per head on strided views.
+    One batched sampled dense-dense matmul over the heads, on strided views.
     """
     H, E = a.size(1), graph.E
-    out = a.new_empty(H, E)  # (H, E)
     if E == 0:
-        return out
+        return a.new_empty(H, 0)  # (H, E)
     if graph.has_duplicates:  # sampled_addmm wants each (i, j) once: bounded chunks of gathered rows instead
+        out = a.new_empty(H, E)  # (H, E)
         step = max(1, structure.TILE_FLOATS // max(1, H * a.size(2)))
         for e0 in range(0, E, step):
             dst, src = graph.dst[e0:e0 + step], graph.src[e0:e0 + step]
             prod = torch.einsum("ehd,ehd->he", a.index_select(0, dst), b.index_select(0, src))  # (H, chunk)
             out[:, e0:e0 + step] = prod.mul_(alpha)
         return out
-    pattern = _csr(graph.crow, graph.src, a.new_zeros(()).expand(E), (graph.L, graph.S))  # zeros: beta * NaN
-    for h in range(H):
-        out[h] = torch.sparse.sampled_addmm(pattern, a[:, h], b[:, h].mT, beta=0.0, alpha=alpha).values()  # (E,)
-    return out
+    pattern = _csr(graph.crow.expand(H, -1), graph.src.expand(H, -1), a.new_zeros(()).expand(H, E),
+                   (H, graph.L, graph.S))  # one sparsity for every head; zero values: beta * NaN cannot arise
+    return torch.sparse.sampled_addmm(pattern, a.transpose(0, 1), b.permute(1, 2, 0), beta=0.0,
+                                      alpha=alpha).values()  # (H, L, D) @ (H, D, S) sampled -> (H, E)
 
 
 def spmm(crow: Tensor, col: Tensor, values: Tensor, dense: Tensor, num_rows: int) -> Tensor:

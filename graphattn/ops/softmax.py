@@ -3,7 +3,9 @@
 The CSR kernel (scores ``(H, E)``, edge axis 1, edges sorted by target) and
 ``AttentionConv``'s readable message-passing path (scores ``(E, H)``, edge axis
 0, any order) both call :func:`segment_softmax`; the block kernel's dense tiles
-use ``torch.softmax`` on the masked tile rows, which is the same function.
+and the CSR kernel's uniform-degree graphs use the fused row softmax
+(:func:`softmax_rows`, :func:`softmax_rows_backward`), which is the same
+function on rows that hold every edge of a target.
 """
 
 from __future__ import annotations
@@ -33,6 +35,18 @@ def edge_scores(query_i: Tensor, key_j: Tensor, scale: float | None = None) -> T
     acc = compute_dtype(query_i.dtype)
     scale = resolve_scale(scale, query_i.size(-1))
     return (query_i.to(acc) * key_j.to(acc)).sum(dim=-1) * scale  # (E, H, D) · (E, H, D) -> (E, H)
+
+
+def softmax_rows(score: Tensor, out: Tensor | None = None) -> Tensor:
+    """Fused softmax over the last axis, written into ``out`` (same shape) when given."""
+    if out is None:
+        return torch.softmax(score, -1)
+    return torch._softmax(score, -1, False, out=out)  # private: the public one has no out= (checked on 2.13)
+
+
+def softmax_rows_backward(grad: Tensor, alpha: Tensor) -> Tensor:
+    """``d score = alpha * (grad - sum alpha * grad)`` over the last axis, fused."""
+    return torch._softmax_backward_data(grad, alpha, -1, alpha.dtype)  # private, no public fused one (2.13)
 
 
 def segment_softmax(score: Tensor, index: Tensor, num_targets: int, *, dim: int = 0,
@@ -88,7 +102,6 @@ def segment_softmax_backward(grad: Tensor, alpha: Tensor, index: Tensor, num_tar
     """``d score = alpha * (grad - sum_{e' -> i} alpha_e' grad_e')`` for ``(H, E)`` tensors (edge axis 1)."""
     if degree:
         rows = (-1, num_targets, degree)  # (H, L, k)
-        dot = (alpha * grad).view(rows).sum(-1, keepdim=True)  # (H, L, 1)
-        return (alpha.view(rows) * (grad.view(rows) - dot)).view(alpha.shape)  # (H, E)
+        return softmax_rows_backward(grad.view(rows), alpha.view(rows)).view(alpha.shape)  # (H, E)
     dot = grad.new_zeros(alpha.size(0), num_targets).index_add_(1, index, alpha * grad)  # (H, L)
     return alpha * (grad - dot.index_select(1, index))  # (H, E)

@@ -40,7 +40,3 @@ from graphattn.patterns.sparse_transformer import fixed, strided
 __all__ = ["Pattern", "is_pattern", "full", "causal", "window", "dilated", "longformer_window", "flash_window",
            "strided", "fixed", "global_tokens", "random", "bigbird", "longformer", "topk", "topk_mask",
            "threshold", "stats", "MAX_LENGTH", "MAX_ELEMENTS", "REACH_MAX_L", "DIAMETER_MAX_L"]
-
-# Transitional: graphattn.specs (helper B's area) still calls patterns._int; it is
-# validate.check_int with the same arguments. Remove once specs calls check_int.
-from graphattn.validate import check_int as _int  # noqa: E402,F401

@@ -51,8 +51,9 @@ class _Causal(Pattern):
 
     def _edges(self, L, S):
         m = min(L, S)  # rows i < m read i + 1 keys, the other L - m rows all S
-        if m * (m + 1) // 2 + (L - m) * S > MAX_ELEMENTS:
-            raise _TooLarge(m * (m + 1) // 2 + (L - m) * S)
+        count = m * (m + 1) // 2 + (L - m) * S
+        if count > MAX_ELEMENTS:  # known exactly: refuse before the (L,) counts
+            raise _TooLarge(count)
         rows, off = _ragged((torch.arange(L) + 1).clamp(max=S))  # (E,), (E,)
         return torch.stack([off, rows])  # (2, E)
 

@@ -251,7 +251,8 @@ def read_passages(path: str | os.PathLike, limit: int | None = None, max_length:
         If the file holds no non-blank line, or ``limit`` < 1.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"Expected '--text' to name a text file with one passage per line (got {str(path)!r}: no such file)")
+        raise FileNotFoundError(f"Expected '--text' to name a text file with one passage per line "
+                                f"(got {str(path)!r}: no such file)")
     cap = None if max_length is None else CHARS_PER_TOKEN * max_length
     with open(path, encoding="utf-8") as f:
         lines = [" ".join(line[:cap].split()) for line in f]

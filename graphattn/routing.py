@@ -1,0 +1,115 @@
+"""Which path a PyG layer's forward takes, and the graph it attends over.
+
+Shared by :class:`graphattn.AttentionConv` and :class:`graphattn.TransformerConv`:
+
+- :func:`use_propagate`: PyG machinery that must see every edge (``explain``
+  mode and its edge masks, message-passing hooks: :func:`needs_propagate`) and
+  ``torch.compile`` tracing send the layer down its ``propagate`` path;
+  otherwise the fast kernels run.
+- :func:`resolve`: every adjacency form (edge list, ``EdgeIndex``, sparse
+  adjacency via :func:`graphattn.graphs.to_edge_index`, a pattern, a pattern
+  with a PyG ``batch``) as what the kernels take, building a pattern's edges only
+  when the caller needs them (attention weights, ``propagate``).
+- :func:`attend`: the fast kernels for what :func:`resolve` returned.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from graphattn import ops
+from graphattn.graphs import to_edge_index
+from graphattn.ops.ragged import group_sizes, per_graph_edges
+from graphattn.patterns import is_pattern
+from graphattn.validate import message
+
+__all__ = ["needs_propagate", "use_propagate", "resolve", "attend"]
+
+_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
+          "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
+          "_message_and_aggregate_forward_pre_hooks", "_message_and_aggregate_forward_hooks",
+          "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
+
+
+def needs_propagate(module) -> bool:
+    """True when PyG machinery must see every edge: explain mode or a registered message-passing hook.
+
+    Explainers act through ``propagate``: ``GNNExplainer`` and friends set
+    ``module.explain = True`` and an edge mask that ``explain_message`` applies
+    to every message; ``AttentionExplainer`` registers a message forward hook
+    and reads ``alpha``.
+    """
+    return bool(module._explain) or any(len(getattr(module, name, ())) for name in _HOOKS)
+
+
+def use_propagate(module, edge_index, batch: Tensor | None) -> bool:
+    """The layer's path: ``propagate`` for ``impl="message_passing"``, :func:`needs_propagate`, and under
+    ``torch.compile``/``torch.export`` tracing (the fast kernels keep host-side structure caches and read
+    sizes on the host, which break a graph), except for a pattern with a ``batch``: its per-graph edges
+    would number sum(n_b^2), so the ragged kernel is traced instead (with graph breaks where it reads
+    the graph sizes)."""
+    if module.impl == "message_passing" or needs_propagate(module):
+        return True
+    return torch.compiler.is_compiling() and not (is_pattern(edge_index) and batch is not None)
+
+
+def resolve(edge_index, size, batch: Tensor | None, S: int, L: int, need_edges: bool, device):
+    """``(returned, graph, values)`` for a layer's ``edge_index`` argument.
+
+    Parameters
+    ----------
+    edge_index : Tensor (2, E), EdgeIndex, sparse ``adj_t (L, S)``, SparseTensor, or Pattern
+    size : tuple (S, L), optional
+    batch : Tensor, shape (N,), optional
+        With a pattern: the pattern applies within each graph of the batch.
+    S, L : int
+        Sources and targets, from the features.
+    need_edges : bool
+        Build a pattern's edges (for the weights or ``propagate``).
+    device : torch.device
+        Where built edges go.
+
+    Returns
+    -------
+    returned
+        What ``return_attention_weights`` hands back next to alpha: the object
+        passed in, or the edges built for a pattern.
+    graph : Tensor (2, E) or Pattern
+        What the kernels take (a pattern only if ``need_edges`` is False).
+    values : Tensor or None
+        A sparse adjacency's values.
+
+    Raises
+    ------
+    ValueError
+        ``size`` not matching the features; ``batch`` with ``S != L``.
+    NotImplementedError
+        A pattern that cannot be applied per graph of ``batch``.
+    """
+    if not is_pattern(edge_index):
+        plain, known, values = to_edge_index(edge_index, size)
+        if known is not None and tuple(known) != (S, L):
+            raise ValueError(message("size", f"(S, L) = {(S, L)} from the features", tuple(known)))
+        return edge_index, plain, values
+    if batch is not None and S != L:
+        raise ValueError(message("x", "one node set (S == L) with 'batch'", f"S = {S}, L = {L}"))
+    if not need_edges:
+        return edge_index, edge_index, None
+    if batch is None:
+        edges = edge_index.edge_index(L, S)  # (2, E)
+    else:
+        edges = per_graph_edges(group_sizes(batch, L), edge_index)  # (2, E): the pattern in each graph
+    edges = edges.to(device)
+    return edges, edges, None
+
+
+def attend(query: Tensor, key: Tensor, value: Tensor, graph, batch: Tensor | None = None, **kwargs):
+    """The fast kernels: :func:`graphattn.ops.batched_attention` for a pattern with a batch, else
+    :func:`graphattn.attention`; ``kwargs`` (``edge_bias``, ``dropout``, ``training``, ``need_weights``) pass on."""
+    if is_pattern(graph) and batch is not None:
+        if kwargs.get("edge_bias") is not None:
+            raise ValueError(message("edge_bias", "None with a pattern and 'batch'", "a Tensor"))
+        kwargs.pop("edge_bias", None)
+        return ops.batched_attention(query, key, value, graph, batch, **kwargs)
+    return ops.attention(query, key, value, graph, **kwargs)

@@ -1,0 +1,350 @@
+"""``TransformerConv``: PyG's graph transformer operator on graphattn's kernels, exact both ways."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+from torch_geometric.nn.dense.linear import Linear
+
+from graphattn import ops
+from graphattn.routing import attend, resolve, use_propagate
+from graphattn.graphs import check_edge_index
+from graphattn.validate import check_bool, check_choice, check_int, check_probability, check_tensor, message
+
+__all__ = ["TransformerConv"]
+
+class TransformerConv(MessagePassing):
+    r"""The graph transformer operator of Shi et al. [1]_, PyG's ``TransformerConv``, on graphattn's kernels.
+
+    For every edge ``(j, i)`` (row 0 of ``edge_index`` = source j, row 1 = target i) and head h:
+
+    .. math::
+        \alpha_{ij}^h = \mathrm{softmax}_{j \in \mathcal{N}(i)}
+            \frac{(W_3^h x_i)^\top (W_4^h x_j + W_6^h e_{ij})}{\sqrt{D}},
+        \qquad
+        m_i = \big\Vert_{h=1}^{H} \sum_{j \in \mathcal{N}(i)} \alpha_{ij}^h (W_2^h x_j + W_6^h e_{ij}),
+        \qquad
+        x_i' = W_1 x_i + m_i
+
+    (heads averaged instead of concatenated with ``concat=False``; with ``beta``
+    the root term is gated, :math:`x_i' = \beta_i W_1 x_i + (1 - \beta_i) m_i`,
+    :math:`\beta_i = \sigma(w_5^\top [m_i, W_1 x_i, m_i - W_1 x_i])`).
+    Parameters mirror PyG's names (``lin_query`` = W_3, ``lin_key`` = W_4,
+    ``lin_value`` = W_2, ``lin_edge`` = W_6, ``lin_skip`` = W_1, ``lin_beta`` = w_5),
+    so ``load_state_dict`` moves weights between the two; see
+    :meth:`from_transformer_conv` and :meth:`to_transformer_conv`.
+
+    The edge term never copies node features onto edges: the score term is
+    :math:`q_i \cdot W_6 e_{ij} = (W_6^\top q_i) \cdot e_{ij}` (an ``edge_bias``
+    of :func:`graphattn.attention`), and the value term
+    :math:`\sum_j \alpha_{ij} W_6 e_{ij} = W_6 \sum_j \alpha_{ij} e_{ij}` is one
+    scatter of ``(E, H, F_e)`` terms; extra memory O(E H F_e).
+
+    Parameters
+    ----------
+    in_channels : int or tuple of int
+        ``F_in``, or ``(F_src, F_dst)`` for bipartite graphs; ``-1`` (also inside
+        the pair) derives the size from the first input (PyG's lazy ``Linear``).
+    out_channels : int
+        Channels per head D (PyG's meaning; the output has ``H * D`` channels
+        with ``concat=True``, D otherwise). Unlike :class:`graphattn.AttentionConv`.
+    heads : int, default 1
+    concat : bool, default True
+        Concatenate the heads; False averages them.
+    beta : bool, default False
+        Gate the root term (only with ``root_weight``).
+    dropout : float, default 0.0
+        Dropout probability on the attention weights (training only).
+    edge_dim : int, optional
+        ``F_e``; then ``forward`` needs ``edge_attr (E, F_e)``.
+    bias : bool, default True
+    root_weight : bool, default True
+        Add the root term ``W_1 x_i`` (PyG's default: the graph you pass is not
+        all the layer reads; each target also reads itself through ``lin_skip``).
+    impl : {"auto", "message_passing"}, default "auto"
+        ``"auto"``: graphattn's fast kernels, except in ``explain`` mode or
+        with a message-passing hook registered, where it runs ``propagate``
+        (:func:`graphattn.routing.use_propagate`), and under ``torch.compile``/``torch.export``,
+        which trace ``propagate`` (fullgraph, no graph breaks; the fast kernels
+        keep host-side structure caches). ``"message_passing"``: always ``propagate``.
+    **kwargs
+        Passed to :class:`torch_geometric.nn.MessagePassing` (``aggr`` and
+        ``flow`` fixed to ``"add"`` and ``"source_to_target"``).
+
+    Shapes
+    ------
+    - input: ``x (N, F_in)`` or ``(x_src (S, F_src), x_dst (L, F_dst))``;
+      ``edge_index (2, E)``, an ``EdgeIndex``, a transposed sparse adjacency
+      ``adj_t (L, S)`` (``torch.sparse`` or ``SparseTensor``); ``edge_attr (E, F_e)``
+    - output: ``(L, H * D)`` (``(L, D)`` with ``concat=False``); with
+      ``return_attention_weights=True`` ``(out, (edge_index, alpha))``,
+      ``alpha (E, H)`` (for a ``SparseTensor``, the adjacency holding alpha)
+
+    Raises
+    ------
+    ValueError
+        Non-positive sizes, a ``dropout`` outside [0, 1), an ``aggr``/``flow``
+        other than the defaults, features or ``edge_attr`` of the wrong shape.
+    TypeError
+        Wrong argument types (``return_attention_weights`` must be a bool).
+
+    Notes
+    -----
+    Differences from PyG's ``TransformerConv``: the returned ``alpha`` is taken
+    after dropout (as :func:`graphattn.attention` and ``nn.MultiheadAttention``
+    return it; identical in eval mode or with ``dropout=0``); ``edge_attr``
+    without ``edge_dim`` raises instead of being added to the values; ``repr``
+    prints every non-default argument; ``return_attention_weights`` is a plain
+    bool (PyG returns the weights for any bool, also False).
+
+    References
+    ----------
+    .. [1] Y. Shi et al., "Masked Label Prediction: Unified Message Passing Model
+       for Semi-Supervised Classification", IJCAI 2021, eq. (3)-(5), (7)-(8).
+
+    Examples
+    --------
+    >>> import torch, graphattn as ga
+    >>> conv = ga.TransformerConv(16, 8, heads=2, edge_dim=3)
+    >>> conv
+    TransformerConv(16, 8, heads=2, edge_dim=3)
+    >>> edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    >>> conv(torch.randn(3, 16), edge_index, torch.randn(3, 3)).shape
+    torch.Size([3, 16])
+    """
+
+    def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True, beta: bool = False,
+                 dropout: float = 0.0, edge_dim: int | None = None, bias: bool = True, root_weight: bool = True,
+                 impl: str = "auto", **kwargs):
+        for name, default in (("aggr", "add"), ("flow", "source_to_target")):
+            if kwargs.setdefault(name, default) != default:
+                raise ValueError(message(name, f"{default!r} for attention", kwargs[name]))
+        super().__init__(node_dim=0, **kwargs)
+        pair = (in_channels, in_channels) if not isinstance(in_channels, (tuple, list)) else tuple(in_channels)
+        if len(pair) != 2:
+            raise TypeError(message("in_channels", "an int or a pair (F_src, F_dst)", in_channels))
+        f_src, f_dst = (-1 if f == -1 else check_int("in_channels", f, low=1) for f in pair)
+        self.in_channels = in_channels
+        self.out_channels = check_int("out_channels", out_channels, low=1)
+        self.heads = check_int("heads", heads, low=1)
+        self.concat = check_bool("concat", concat)
+        self.root_weight = check_bool("root_weight", root_weight)
+        self.beta = check_bool("beta", beta) and root_weight
+        self.dropout = check_probability("dropout", dropout)
+        self.edge_dim = None if edge_dim is None else check_int("edge_dim", edge_dim, low=1)
+        self.impl = check_choice("impl", impl, ("auto", "message_passing"))
+        width = heads * out_channels
+        self.lin_key = Linear(f_src, width, bias=bias)
+        self.lin_query = Linear(f_dst, width, bias=bias)
+        self.lin_value = Linear(f_src, width, bias=bias)
+        self.lin_edge = Linear(edge_dim, width, bias=False) if edge_dim is not None else None
+        out_width = width if concat else out_channels
+        self.lin_skip = Linear(f_dst, out_width, bias=bias)  # PyG builds it even without root_weight
+        self.lin_beta = Linear(3 * out_width, 1, bias=False) if self.beta else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """PyG's initialisation (``Linear.reset_parameters``: Kaiming-uniform, as ``nn.Linear``)."""
+        super().reset_parameters()
+        for lin in (self.lin_key, self.lin_query, self.lin_value, self.lin_edge, self.lin_skip, self.lin_beta):
+            if lin is not None:
+                lin.reset_parameters()
+
+    def forward(self, x, edge_index, edge_attr: Tensor | None = None, return_attention_weights: bool = False,
+                *, size=None, batch: Tensor | None = None):
+        """Attend along the edges into each target, add the root term.
+
+        Parameters
+        ----------
+        x : Tensor, shape (N, F_in), or pair ``(x_src (S, F_src), x_dst (L, F_dst))``
+        edge_index : Tensor (2, E), EdgeIndex, torch.sparse ``adj_t (L, S)`` or SparseTensor ``adj_t``
+            Row 0 = source j (key/value), row 1 = target i (query); a sparse
+            adjacency is PyG's transposed one: ``adj_t[i, j] != 0`` is the edge j -> i.
+        edge_attr : Tensor, shape (E, F_e), optional
+            Required with ``edge_dim``; in the order of ``edge_index`` (for a
+            sparse adjacency, of its entries; multi-dimensional sparse values
+            serve as ``edge_attr`` when none is given, as in PyG).
+        return_attention_weights : bool, default False
+        size : tuple (S, L), optional
+            PyG's ``size``; checked against the features.
+        batch : Tensor, shape (N,), optional
+            PyG's ``batch`` vector. With a pattern as ``edge_index``
+            (``patterns.full()``, ``patterns.causal()``, ...), the pattern
+            applies within each graph of the batch (the ragged kernel of
+            :func:`graphattn.ops.batched_attention`; no sum(n_b^2) edges are
+            built unless the weights or the ``propagate`` path need them).
+            With an edge list it is not needed (the edges are the graph) and ignored.
+
+        Returns
+        -------
+        out : Tensor, shape (L, H * D) or (L, D)
+        (edge_index, alpha) : ``alpha (E, H)``, only if requested (the adjacency
+            object passed in; a ``SparseTensor`` comes back holding alpha).
+        """
+        check_bool("return_attention_weights", return_attention_weights)
+        x_src, x_dst = self._features(x)
+        S, L = x_src.size(0), x_dst.size(0)
+        slow = use_propagate(self, edge_index, batch)
+        edge_index, plain, values = resolve(edge_index, size, batch, S, L, slow or return_attention_weights,
+                                            x_dst.device)
+        if edge_attr is None and values is not None and values.dim() > 1:
+            edge_attr = values
+        H, C = self.heads, self.out_channels
+        query = self.lin_query(x_dst).view(L, H, C)  # (L, H, D)
+        key = self.lin_key(x_src).view(S, H, C)  # (S, H, D)
+        value = self.lin_value(x_src).view(S, H, C)  # (S, H, D)
+        edge_attr = self._check_edge_attr(edge_attr, plain)
+        if slow:
+            out, alpha = self._propagate(query, key, value, plain, edge_attr, (S, L))
+        else:
+            out, alpha = self._attend(query, key, value, plain, edge_attr, batch, return_attention_weights)
+        out = out.reshape(L, H * C) if self.concat else out.mean(dim=1)  # (L, H*D) or (L, D)
+        if self.root_weight:
+            x_r = self.lin_skip(x_dst)  # (L, H*D) or (L, D)
+            if self.lin_beta is not None:
+                beta = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()  # (L, 1)
+                out = beta * x_r + (1 - beta) * out
+            else:
+                out = out + x_r
+        if not return_attention_weights:
+            return out
+        if type(edge_index).__name__ == "SparseTensor":
+            return out, edge_index.set_value(alpha, layout="coo")
+        return out, (edge_index, alpha)
+
+    def _features(self, x) -> tuple[Tensor, Tensor]:
+        """``(x_src (S, F_src), x_dst (L, F_dst))`` from ``x`` or a pair."""
+        if isinstance(x, Tensor):
+            x_src = x_dst = x
+        elif isinstance(x, (tuple, list)) and len(x) == 2:
+            x_src, x_dst = x
+            if x_dst is None:
+                raise ValueError(message("x", "a Tensor or a pair (x_src, x_dst) with target features",
+                                         "(x_src, None)", "TransformerConv's queries are the targets' features"))
+        else:
+            raise TypeError(message("x", "a Tensor or a pair (x_src, x_dst)", type(x).__name__))
+        for name, t in (("x_src", x_src), ("x_dst", x_dst)):
+            check_tensor(name, t, dim=2, shape_text="(n, F)", floating=True)
+        return x_src, x_dst
+
+    def _check_edge_attr(self, edge_attr: Tensor | None, edge_index) -> Tensor | None:
+        if self.lin_edge is None:
+            if edge_attr is not None:
+                raise ValueError(message("edge_attr", "None for a layer built without edge_dim",
+                                         f"shape {tuple(edge_attr.shape)}", "pass edge_dim=F_e"))
+            return None
+        if edge_attr is None:
+            raise ValueError(message("edge_attr", f"a Tensor of shape (E, {self.edge_dim}) (edge_dim is set)", None))
+        if not isinstance(edge_index, Tensor):
+            raise ValueError(message("edge_index", "an edge list with 'edge_attr'", "a pattern",
+                                     "build its edges: pattern.edge_index(L, S)"))
+        E = edge_index.size(1) if edge_index.dim() == 2 else -1
+        check_tensor("edge_attr", edge_attr, dim=2, shape_text=f"(E, {self.edge_dim})", floating=True)
+        if edge_attr.shape != (E, self.edge_dim):
+            raise ValueError(message("edge_attr", f"of shape (E, F_e) = {(E, self.edge_dim)}",
+                                     f"shape {tuple(edge_attr.shape)}"))
+        return edge_attr
+
+    def _attend(self, query, key, value, edge_index, edge_attr, batch, need_weights):
+        """The fast path: :func:`graphattn.attention`, edge terms without ``(E, H, D)`` node copies."""
+        L, H, C = query.shape
+        if edge_attr is None:
+            return attend(query, key, value, edge_index, batch, dropout=self.dropout, training=self.training,
+                          need_weights=need_weights)  # (L, H, D), (E, H) or None
+        check_edge_index(edge_index, key.size(0), L)
+        w_edge = self.lin_edge.weight.view(H, C, self.edge_dim)  # (H, D, F_e)
+        src_dst = edge_index[1]  # (E,) target i of each edge
+        q_edge = torch.einsum("lhd,hdf->lhf", query, w_edge)  # (L, H, F_e): W_6^T q_i
+        bias = torch.einsum("ehf,ef->eh", q_edge[src_dst], edge_attr) / math.sqrt(C)  # (E, H): q_i · W_6 e_ij
+        out, alpha = ops.attention(query, key, value, edge_index, edge_bias=bias, dropout=self.dropout,
+                                   training=self.training, need_weights=True)  # (L, H, D), (E, H)
+        terms = alpha.unsqueeze(-1) * edge_attr.unsqueeze(1)  # (E, H, 1) * (E, 1, F_e) -> (E, H, F_e)
+        summed = terms.new_zeros(L, H, self.edge_dim).index_add_(0, src_dst, terms)  # (L, H, F_e)
+        out = out + torch.einsum("lhf,hdf->lhd", summed, w_edge)  # (L, H, D): W_6 sum_j alpha_ij e_ij
+        return out, alpha
+
+    def _propagate(self, query, key, value, edge_index, edge_attr, size):
+        """The readable path: ``edge_update`` (scores, softmax) then ``propagate`` (``message``).
+
+        Under ``torch.compile`` this is the path traced (the fast kernels keep
+        host-side structure caches); the index check, which reads values on the
+        host, is skipped there (an out-of-range index then fails in ``index_select``).
+        """
+        if not torch.compiler.is_compiling():
+            check_edge_index(edge_index, size[0], size[1])
+        H, C = self.heads, self.out_channels
+        edge_emb = None if edge_attr is None else self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, D)
+        alpha = self.edge_updater(edge_index, query=query, key=key, edge_emb=edge_emb, size=size)  # (E, H)
+        out = self.propagate(edge_index, value=value, alpha=alpha, edge_emb=edge_emb, size=size)  # (L, H, D)
+        return out, alpha
+
+    def edge_update(self, query_i: Tensor, key_j: Tensor, edge_emb: Tensor | None, index: Tensor,
+                    size_i: int) -> Tensor:
+        if edge_emb is not None:
+            key_j = key_j + edge_emb  # (E, H, D)
+        score = (query_i * key_j).sum(dim=-1) / math.sqrt(query_i.size(-1))  # (E, H, D) · (E, H, D) -> (E, H)
+        alpha = ops.segment_softmax(score, index, size_i)  # (E, H), sums to 1 over the edges into i
+        return F.dropout(alpha, p=self.dropout, training=self.training)
+
+    def message(self, value_j: Tensor, alpha: Tensor, edge_emb: Tensor | None) -> Tensor:
+        if edge_emb is not None:
+            value_j = value_j + edge_emb  # (E, H, D)
+        return alpha.unsqueeze(-1) * value_j  # (E, H, 1) * (E, H, D) -> (E, H, D)
+
+    def __repr__(self) -> str:
+        args = [repr(self.in_channels), str(self.out_channels), f"heads={self.heads}"]
+        defaults = dict(concat=True, beta=False, dropout=0.0, edge_dim=None, bias=True, root_weight=True,
+                        impl="auto")
+        actual = dict(concat=self.concat, beta=self.beta, dropout=self.dropout, edge_dim=self.edge_dim,
+                      bias=self.lin_key.bias is not None, root_weight=self.root_weight, impl=self.impl)
+        args += [f"{k}={v!r}" for k, v in actual.items() if v != defaults[k]]
+        return f"{self.__class__.__name__}({', '.join(args)})"
+
+    # -- torch_geometric.nn.TransformerConv interop -------------------------------------------------
+
+    def _constructor_args(self) -> dict:
+        return dict(in_channels=self.in_channels, out_channels=self.out_channels, heads=self.heads,
+                    concat=self.concat, beta=self.beta, dropout=self.dropout, edge_dim=self.edge_dim,
+                    bias=self.lin_key.bias is not None, root_weight=self.root_weight)
+
+    @classmethod
+    def from_transformer_conv(cls, conv, impl: str = "auto") -> "TransformerConv":
+        """A layer computing exactly what ``conv`` (``torch_geometric.nn.TransformerConv``) computes.
+
+        Same weights (``load_state_dict``), dtype, device and train/eval mode.
+
+        Raises
+        ------
+        TypeError
+            If ``conv`` is not a ``torch_geometric.nn.TransformerConv``.
+        ValueError
+            If it uses another ``aggr`` or ``flow``.
+        """
+        from torch_geometric.nn import TransformerConv as PyGTransformerConv
+
+        if not isinstance(conv, PyGTransformerConv):
+            raise TypeError(message("conv", "a torch_geometric.nn.TransformerConv", type(conv).__name__))
+        layer = cls(conv.in_channels, conv.out_channels, heads=conv.heads, concat=conv.concat, beta=conv.beta,
+                    dropout=conv.dropout, edge_dim=conv.edge_dim, bias=conv.lin_key.bias is not None,
+                    root_weight=conv.root_weight, impl=impl, aggr=conv.aggr, flow=conv.flow)
+        return _copy_weights(conv, layer)
+
+    def to_transformer_conv(self):
+        """A ``torch_geometric.nn.TransformerConv`` with exactly this layer's weights, dtype, device and mode."""
+        from torch_geometric.nn import TransformerConv as PyGTransformerConv
+
+        return _copy_weights(self, PyGTransformerConv(**self._constructor_args()))
+
+
+def _copy_weights(src: torch.nn.Module, dst: torch.nn.Module) -> torch.nn.Module:
+    """``dst`` with ``src``'s parameters (by name), dtype, device and train/eval mode."""
+    weight = next((p for p in src.parameters() if not isinstance(p, torch.nn.parameter.UninitializedParameter)),
+                  None)
+    if weight is not None:
+        dst = dst.to(device=weight.device, dtype=weight.dtype)
+    dst.load_state_dict(src.state_dict())
+    return dst.train(src.training)
