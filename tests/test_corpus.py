@@ -92,7 +92,8 @@ def test_clean_passages_drops_repeats_and_short_lines():
 def test_first_sentence_task_pairs_a_head_with_its_rest():
     from graphattn.prune import tasks
 
-    texts = ["One two three. Four five six seven.", "Alone here with nothing", "Eight nine. Ten eleven twelve thirteen."]
+    texts = ["One two three. Four five six seven.", "Alone here with nothing",
+             "Eight nine. Ten eleven twelve thirteen."]
     task = tasks.first_sentence(texts)
     assert task.queries == ["One two three.", "Eight nine."]
     assert task.documents == ["Four five six seven.", "Ten eleven twelve thirteen."]

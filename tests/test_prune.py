@@ -147,8 +147,8 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     assert topk["keys_per_query"] == pytest.approx(4.0)
     for row in data["rows"][1:]:
         assert 0 < row["mass"] < 1 and row["neg_log_mass"] > 0 and row["cos_min"] < 1
-    assert topk["attn_gflop"] == pytest.approx(topk["select_gflop"] + 4 * dim * heads * layers * 4 * sum(lengths) / 1e9,
-                                               rel=1e-9)  # the dense scores it selects from are counted
+    kept = 4 * dim * heads * layers * 4 * sum(lengths) / 1e9
+    assert topk["attn_gflop"] == pytest.approx(topk["select_gflop"] + kept, rel=1e-9)  # + the dense scores
     assert topk["select_gflop"] == pytest.approx(2 * dim * heads * layers * sum(n * n for n in lengths) / 1e9)
     assert not topk["realisable"] and window["realisable"] and "not a saving" in topk["cost_note"]
 

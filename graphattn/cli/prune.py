@@ -83,7 +83,8 @@ def main(args: argparse.Namespace) -> int:
     task_name = args.task or ("first-sentence" if args.text else "title-retrieval")
     passages, source, dropped = None, PYDOC_SOURCE, {}
     if args.text:
-        passages, source = prune.corpus.read_passages(args.text, max_length=args.max_length, dropped=dropped), args.text
+        source = args.text
+        passages = prune.corpus.read_passages(args.text, max_length=args.max_length, dropped=dropped)
         if task_name == "title-retrieval":
             raise ValueError("Expected '--task' to be first-sentence or none with --text (got title-retrieval, "
                              "which needs the pydoc topics' titles)")

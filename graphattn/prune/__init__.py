@@ -4,6 +4,7 @@ The experiment, a module per concept:
 
 - :mod:`graphattn.prune.corpus`: real passages (the Python reference
   documentation, or a user's file);
+- :mod:`graphattn.prune.keep`: :class:`Spec`, what a spec keeps per layer and head;
 - :mod:`graphattn.prune.specs`: short pattern specs (``window:8``,
   ``topk:16``, ``window:4|global:0``) and what each keeps per layer and head;
 - :mod:`graphattn.prune.tasks`: labelled retrieval tasks (topic titles, first
@@ -18,7 +19,7 @@ The experiment, a module per concept:
 Nothing heavy (transformers, pandas, matplotlib) is imported until a function needs it.
 """
 
-from graphattn.prune import corpus, metrics, models, specs, tasks
+from graphattn.prune import corpus, keep, metrics, models, specs, tasks
 from graphattn.prune.corpus import DEFAULT_LIMIT
 from graphattn.prune.models import load_model
 from graphattn.prune.report import (SELF_CHECK_TOL, TABLE_COLUMNS, format_table, self_check,
@@ -27,6 +28,6 @@ from graphattn.prune.run import Results, run_experiment
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, Spec, as_spec, parse_spec
 from graphattn.prune.tasks import Task, make_task
 
-__all__ = ["corpus", "metrics", "models", "specs", "tasks", "run_experiment", "Results", "load_model",
+__all__ = ["corpus", "keep", "metrics", "models", "specs", "tasks", "run_experiment", "Results", "load_model",
            "self_check", "format_table", "write_outputs", "parse_spec", "as_spec", "Spec", "Task", "make_task",
            "SPEC_HELP", "DEFAULT_PATTERNS", "DEFAULT_LIMIT", "SELF_CHECK_TOL", "TABLE_COLUMNS"]

@@ -187,7 +187,8 @@ def encode(model, tokenizer, texts: list[str], max_length: int, batch_size: int 
         Mean over each text's next-token predictions of ``-log p`` in nats
         (None unless the model returns ``logits``); a text of one token gets NaN.
     """
-    lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_length, verbose=False)["input_ids"]]
+    ids = tokenizer(texts, truncation=True, max_length=max_length, verbose=False)["input_ids"]
+    lengths = [len(row) for row in ids]
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     embs, nlls = [], []
     for start in range(0, len(order), batch_size):

@@ -170,7 +170,8 @@ def evaluate(task: Task, query_emb, doc_emb) -> dict[str, np.ndarray]:
 
     from ranx import evaluate as ranx_evaluate
 
-    sims = np.asarray(query_emb, dtype=np.float64) @ np.asarray(doc_emb, dtype=np.float64).T  # (Q, F) · (F, N) -> (Q, N)
+    query_emb, doc_emb = np.asarray(query_emb, dtype=np.float64), np.asarray(doc_emb, dtype=np.float64)
+    sims = query_emb @ doc_emb.T  # (Q, F) · (F, N) -> (Q, N)
     docs = [f"d{d}" for d in range(sims.shape[1])]
     run = {f"q{q}": dict(zip(docs, row.tolist())) for q, row in enumerate(sims)}
     with warnings.catch_warnings():
