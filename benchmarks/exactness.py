@@ -4,7 +4,10 @@
 
 Unit-scale inputs (standard normal features, nn.MultiheadAttention's initialisation).
 Prints one row per (reference, dtype, impl) with the largest error over outputs,
-per-head weights and gradients of the inputs and every parameter.
+per-head weights and gradients of the inputs and every parameter. The
+float16/bfloat16 rows use features near 128 (scaled scores about 92k, above
+float16's 65504): there one ulp of the outputs is 0.125 (float16) and 1.0
+(bfloat16).
 """
 
 from __future__ import annotations
@@ -92,6 +95,22 @@ def bias_vs_sdpa(L, embed, heads, dtype, impl):
     return {"output": _max_err([(conv(x, edge_index, edge_bias=bias), ref)])}
 
 
+def large_scores_vs_sdpa(L, embed, heads, dtype, impl):
+    """Half types: scaled scores above float16's 65504 (features near 128), window(8, 8), SDPA in ``dtype``."""
+    conv = ga.AttentionConv(embed, embed, heads=heads, bias=False, output_projection=False, impl=impl).to(dtype)
+    with torch.no_grad():
+        for lin in (conv.lin_query, conv.lin_key, conv.lin_value):
+            lin.weight.copy_(torch.eye(embed))  # q = k = v = x
+    x = (128 + 16 * torch.randn(L, embed)).to(dtype)
+    edge_index = ga.patterns.window(8, 8).edge_index(L)
+    mask = ga.graphs.edge_index_to_mask(edge_index, (L, L))  # (L, S) True = may attend
+    h = x.view(L, heads, -1).transpose(0, 1)  # (H, L, D)
+    ref = F.scaled_dot_product_attention(h, h, h, attn_mask=mask).transpose(0, 1).reshape(L, embed)
+    return {"output": _max_err([(conv(x, edge_index).float(), ref.float())])}
+
+
+HALF_REFERENCES = {"scores > 65504 (window 8) vs SDPA, same dtype": large_scores_vs_sdpa}
+
 REFERENCES = {
     "complete graph vs nn.MultiheadAttention": complete_vs_mha,
     "causal DAG vs SDPA is_causal": causal_vs_sdpa,
@@ -110,12 +129,13 @@ def main() -> None:
     torch.manual_seed(0)
     print(f"L = {args.length}, F = {args.embed}, H = {args.heads}; max |error| (output / weights / gradients)")
     print(f"{'reference':48s} {'dtype':8s} {'impl':16s} {'output':>9s} {'weights':>9s} {'grad':>9s}")
-    for name, fn in REFERENCES.items():
-        for dtype in (torch.float64, torch.float32):
-            for impl in ("auto", "message_passing"):
-                err = fn(args.length, args.embed, args.heads, dtype, impl)
-                cells = [f"{err[key]:9.1e}" if key in err else f"{'-':>9s}" for key in ("output", "weights", "grad")]
-                print(f"{name:48s} {str(dtype)[6:]:8s} {impl:16s} {' '.join(cells)}")
+    runs = [(name, fn, dtype) for name, fn in REFERENCES.items() for dtype in (torch.float64, torch.float32)]
+    runs += [(name, fn, dtype) for name, fn in HALF_REFERENCES.items() for dtype in (torch.float16, torch.bfloat16)]
+    for name, fn, dtype in runs:
+        for impl in ("auto", "message_passing"):
+            err = fn(args.length, args.embed, args.heads, dtype, impl)
+            cells = [f"{err[key]:9.1e}" if key in err else f"{'-':>9s}" for key in ("output", "weights", "grad")]
+            print(f"{name:48s} {str(dtype)[6:]:8s} {impl:16s} {' '.join(cells)}")
 
 
 if __name__ == "__main__":

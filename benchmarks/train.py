@@ -105,7 +105,7 @@ def estimate_bytes(name: str, E: int, N: int, D: int) -> int:
     return 4 * (per_edge * E * HEADS * D + 20 * N * HEADS * D + 8 * E * HEADS)
 
 
-def measure(module, call, x, edge_index, batch, repeats: int, slow: float, device) -> dict:
+def measure(module, call, x, edge_index, batch, repeats: int, slow: float, device, compiled: bool) -> dict:
     def step():
         xg = x.detach().requires_grad_()
         out = call(module, xg, edge_index, batch)
@@ -117,7 +117,7 @@ def measure(module, call, x, edge_index, batch, repeats: int, slow: float, devic
     step()
     first = time.perf_counter() - t0
     times = []
-    for _ in range(repeats if first < slow else 0):
+    for _ in range(repeats if first < slow else int(compiled)):  # a compiled first call is the compilation
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
@@ -150,7 +150,8 @@ def run_case(case: str, D: int, args, device) -> list[dict]:
             target = torch.compile(module) if compiled else module
             try:
                 rows.append(dict(row, compiled=compiled, status="ok",
-                                 **measure(target, call, x, edge_index, batch, args.repeats, args.slow, device)))
+                                 **measure(target, call, x, edge_index, batch, args.repeats, args.slow, device,
+                                          compiled)))
             except (RuntimeError, NotImplementedError) as error:  # e.g. out of memory: report, go on
                 rows.append(dict(row, compiled=compiled, status=f"failed: {str(error).splitlines()[0][:80]}"))
             print(_line(rows[-1]), flush=True)

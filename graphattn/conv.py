@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from graphattn import ops
-from graphattn.routing import attend, needs_propagate, resolve
+from graphattn.routing import attend, resolve, use_propagate
 from graphattn.validate import (as_int, check_bool, check_choice, check_fits_memory, check_int, check_not_jit,
                                 check_probability, message)
 
@@ -212,7 +212,7 @@ class AttentionConv(MessagePassing):
             spans all N nodes, across graphs. Ignored with an edge list.
 
         In explain mode, with a message-passing hook registered, or under
-        ``torch.compile``, the layer runs ``propagate`` (:func:`graphattn.routing.needs_propagate`).
+        ``torch.compile``, the layer runs ``propagate`` (:func:`graphattn.routing.use_propagate`).
 
         Returns
         -------
@@ -222,7 +222,7 @@ class AttentionConv(MessagePassing):
         check_not_jit(self, "trace")
         check_bool("return_attention_weights", return_attention_weights)
         query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
-        slow = self.impl == "message_passing" or needs_propagate(self)
+        slow = use_propagate(self, edge_index, batch)
         edge_index, graph, _ = resolve(edge_index, size, batch, key.size(0), query.size(0),
                                        slow or return_attention_weights, query.device)
         if slow:

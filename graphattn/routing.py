@@ -2,9 +2,10 @@
 
 Shared by :class:`graphattn.AttentionConv` and :class:`graphattn.TransformerConv`:
 
-- :func:`needs_propagate`: PyG machinery that must see every edge (``explain``
-  mode and its edge masks, message-passing hooks, ``torch.compile`` tracing)
-  sends the layer down its ``propagate`` path; otherwise the fast kernels run.
+- :func:`use_propagate`: PyG machinery that must see every edge (``explain``
+  mode and its edge masks, message-passing hooks: :func:`needs_propagate`) and
+  ``torch.compile`` tracing send the layer down its ``propagate`` path;
+  otherwise the fast kernels run.
 - :func:`resolve`: every adjacency form (edge list, ``EdgeIndex``, sparse
   adjacency via :func:`graphattn.graphs.to_edge_index`, a pattern, a pattern
   with a PyG ``batch``) as what the kernels take, building a pattern's edges only
@@ -23,7 +24,7 @@ from graphattn.ops.ragged import group_sizes, per_graph_edges
 from graphattn.patterns import is_pattern
 from graphattn.validate import message
 
-__all__ = ["needs_propagate", "resolve", "attend"]
+__all__ = ["needs_propagate", "use_propagate", "resolve", "attend"]
 
 _HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
           "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
@@ -32,17 +33,25 @@ _HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_
 
 
 def needs_propagate(module) -> bool:
-    """True when the layer must run ``propagate``: explain mode, a message-passing hook, or compile tracing.
+    """True when PyG machinery must see every edge: explain mode or a registered message-passing hook.
 
     Explainers act through ``propagate``: ``GNNExplainer`` and friends set
     ``module.explain = True`` and an edge mask that ``explain_message`` applies
     to every message; ``AttentionExplainer`` registers a message forward hook
-    and reads ``alpha``. ``torch.compile``/``torch.export`` trace the per-edge
-    path (the fast kernels keep host-side structure caches and read sizes on
-    the host, which break a graph).
+    and reads ``alpha``.
     """
-    return bool(module._explain) or any(len(getattr(module, name, ())) for name in _HOOKS) \
-        or torch.compiler.is_compiling()
+    return bool(module._explain) or any(len(getattr(module, name, ())) for name in _HOOKS)
+
+
+def use_propagate(module, edge_index, batch: Tensor | None) -> bool:
+    """The layer's path: ``propagate`` for ``impl="message_passing"``, :func:`needs_propagate`, and under
+    ``torch.compile``/``torch.export`` tracing (the fast kernels keep host-side structure caches and read
+    sizes on the host, which break a graph), except for a pattern with a ``batch``: its per-graph edges
+    would number sum(n_b^2), so the ragged kernel is traced instead (with graph breaks where it reads
+    the graph sizes)."""
+    if module.impl == "message_passing" or needs_propagate(module):
+        return True
+    return torch.compiler.is_compiling() and not (is_pattern(edge_index) and batch is not None)
 
 
 def resolve(edge_index, size, batch: Tensor | None, S: int, L: int, need_edges: bool, device):

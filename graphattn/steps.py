@@ -5,7 +5,13 @@ d = 4 (one head, fixed seed, float64) and prints each intermediate with its
 shape, the row sums of the weights (each 1) and the output's shape (equal to
 the input's). Part two is the worked example of one query: raw scores
 2.1, 0.4 and -0.3 with d_k = 4 are scaled by 1/sqrt(4), put through a softmax,
-and used to mix three value vectors.
+and used to mix three value vectors (``--d-k 2`` reproduces the source text's
+0.67 / 0.21 / 0.12). Part three, "as a graph", recomputes part one on the
+edge list: one row per edge j -> i with q·k, the scaled score, alpha and the
+message alpha·v_j, and one node's incoming messages summed to its output row
+(:func:`edge_messages`, :func:`edge_table`). Part four, the errata (the
+claims of the source text that do not hold, each measured), lives in
+:mod:`graphattn.errata`.
 
 The steps, as numbered in :mod:`graphattn.dense` and the first notebook:
 1) project, 2) score, 3) scale, 4) mask, 5) softmax, 6) combine.
@@ -18,9 +24,11 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["worked_example", "WORKED_SCORES", "WORKED_VALUES"]
+__all__ = ["six_steps_report", "worked_report", "worked_example", "WORKED_SCORES", "WORKED_VALUES",
+           "BOOK_WEIGHTS", "edge_messages", "edge_table", "graph_lines"]
 
 WORKED_SCORES = (2.1, 0.4, -0.3)  # raw scores q · k_j of one query against three keys
+BOOK_WEIGHTS = (0.67, 0.21, 0.12)  # the source's softmax weights for WORKED_SCORES "with d_k = 4"
 WORKED_VALUES = ((1.0, 0.0, 0.0, 1.0), (0.0, 2.0, 0.0, 0.0), (0.0, 0.0, 3.0, -1.0))  # v_1, v_2, v_3
 
 
@@ -73,7 +81,7 @@ def worked_example(scores=WORKED_SCORES, d_k: int = 4, values=WORKED_VALUES) -> 
     return dict(scores=s, scaled=scaled, weights=weights, values=v, output=output)
 
 
-def _six_steps_report(length: int, dim: int, seed: int, causal: bool, decimals: int) -> list[str]:
+def six_steps_report(length: int, dim: int, seed: int, causal: bool, decimals: int) -> list[str]:
     from graphattn.dense import six_steps
 
     gen = torch.Generator().manual_seed(seed)
@@ -100,10 +108,14 @@ def _six_steps_report(length: int, dim: int, seed: int, causal: bool, decimals: 
     lines += [""] + _block("6) combine  Y = A V", st.output, d)
     same = tuple(st.output.shape) == tuple(x.shape)
     lines += [f"   output shape {tuple(st.output.shape)} == input shape {tuple(x.shape)}: {same}"]
+    from graphattn.graphs import mask_to_edge_index
+
+    allowed = torch.ones(length, length, dtype=torch.bool) if mask is None else mask  # (L, L)
+    lines += graph_lines(st, mask_to_edge_index(allowed), decimals)
     return lines
 
 
-def _worked_report(scores, d_k: int, decimals: int) -> list[str]:
+def worked_report(scores, d_k: int, decimals: int) -> list[str]:
     values = WORKED_VALUES
     if len(scores) != len(values):  # custom scores: unit value vectors of matching count
         values = torch.eye(len(scores), dtype=torch.float64).tolist()
@@ -113,9 +125,109 @@ def _worked_report(scores, d_k: int, decimals: int) -> list[str]:
     lines = ["", f"Worked example: one query, raw scores q . k_j = {_fmt(ex['scores'], d)}, d_k = {d_k}"]
     lines += [f"3) scaled scores (divided by sqrt({d_k}) = {root:g}): {_fmt(ex['scaled'], d)}"]
     lines += [f"5) softmax weights: {_fmt(ex['weights'], d)}  (sum {ex['weights'].sum().item():.{d}f})"]
+    lines += _book_note(scores, d_k)
     for j, row in enumerate(ex["values"], start=1):
         lines += [f"   value v_{j} = {_fmt(row, d)}"]
     terms = " + ".join(f"{w:.{d}f} v_{j}" for j, w in enumerate(ex["weights"].tolist(), start=1))
     lines += [f"6) output y = {terms} = {_fmt(ex['output'], d)}"]
     return lines
 
+
+def _book_note(scores, d_k: int) -> list[str]:
+    """Where the source's 0.67 / 0.21 / 0.12 come from, when the worked example is the source's."""
+    if tuple(scores) != WORKED_SCORES:
+        return []
+    book = " / ".join(f"{w:.2f}" for w in BOOK_WEIGHTS)
+    if d_k == 2:
+        return [f"   these are the source's {book}, which it gives for d_k = 4: its numbers divide by sqrt(2)"]
+    return [f"   the source gives {book} for d_k = 4; those are the weights for d_k = 2 (run with --d-k 2)"]
+
+
+# --- the graph view: the same computation on the edge list, one row per edge ------------------------
+
+def edge_messages(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, scale: float | None = None) -> dict:
+    """Attention on an edge list with every per-edge quantity named (the library's thesis, printed).
+
+    Parameters
+    ----------
+    query : Tensor, shape (L, H, D)
+    key : Tensor, shape (S, H, D)
+    value : Tensor, shape (S, H, D_v)
+    edge_index : Tensor, shape (2, E)
+        Row 0 = source = key j, row 1 = target = query i.
+    scale : float, optional
+        Default ``1 / sqrt(D)``.
+
+    Returns
+    -------
+    dict
+        ``edge_index (2, E)``; per edge ``score (E, H)`` = q_i · k_j, ``scaled (E, H)``,
+        ``alpha (E, H)`` (sums to 1 over the edges into each i) and
+        ``message (E, H, D_v)`` = alpha_ij v_j; ``output (L, H, D_v)`` from
+        :func:`graphattn.attention` and ``summed (L, H, D_v)``, the messages
+        scatter-added into their targets by hand (equal to ``output``).
+
+    Examples
+    --------
+    >>> q = k = v = torch.eye(2, dtype=torch.float64).reshape(2, 1, 2)
+    >>> m = edge_messages(q, k, v, torch.tensor([[0, 1], [1, 1]]))   # edges 0 -> 1, 1 -> 1
+    >>> m["score"][:, 0].tolist(), bool(torch.allclose(m["summed"], m["output"]))
+    ([0.0, 1.0], True)
+    """
+    from graphattn.ops import attention
+
+    src, dst = edge_index[0], edge_index[1]  # (E,) keys j, queries i
+    scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+    score = (query[dst] * key[src]).sum(-1)  # (E, H, D) · (E, H, D) -> (E, H)
+    output, alpha = attention(query, key, value, edge_index, scale=scale, need_weights=True)  # (L, H, D_v), (E, H)
+    message = alpha[..., None] * value[src]  # (E, H, 1) * (E, H, D_v) -> (E, H, D_v)
+    summed = torch.zeros_like(output).index_add_(0, dst, message)  # (L, H, D_v): sum over the edges into i
+    return dict(edge_index=edge_index, score=score, scaled=score * scale, alpha=alpha, message=message,
+                output=output, summed=summed)
+
+
+def edge_table(messages: dict, head: int = 0) -> list[dict]:
+    """One row per edge ``j -> i`` of :func:`edge_messages`: q·k, scaled score, alpha and alpha·v_j.
+
+    Returns
+    -------
+    list of dict
+        Keys ``"j -> i"``, ``"q·k"``, ``"scaled"``, ``"alpha"`` (floats) and
+        ``"alpha·v_j"`` (list of float, length D_v), in edge order; ready for
+        ``pandas.DataFrame``.
+    """
+    ei = messages["edge_index"]
+    return [{"j -> i": f"{j} -> {i}", "q·k": messages["score"][e, head].item(),
+             "scaled": messages["scaled"][e, head].item(), "alpha": messages["alpha"][e, head].item(),
+             "alpha·v_j": messages["message"][e, head].tolist()}
+            for e, (j, i) in enumerate(ei.T.tolist())]
+
+
+def graph_lines(st, edge_index: Tensor, decimals: int, max_rows: int = 64) -> list[str]:
+    """``graphattn steps``'s step "as a graph": the edge table and one node's messages summed.
+
+    ``st`` is the :class:`graphattn.dense.SixSteps` of one head; the edge list
+    is recomputed from its queries, keys and values and checked against its output.
+    """
+    q, k, v = (t[0][:, None, :] for t in (st.queries, st.keys, st.values))  # (L, 1, D) each
+    m = edge_messages(q, k, v, edge_index)
+    rows = edge_table(m)
+    node = int(edge_index[1].max())  # the last query: most incoming edges under a causal mask
+    d, w = decimals, decimals + 4
+    lines = ["", "As a graph: the same computation on the edge list, one row per edge j -> i",
+             f"(row 0 of edge_index = source = key j, row 1 = target = query i; E = {len(rows)} edges)",
+             f"    {'j -> i':>8}  {'q.k':>{w}}  {'scaled':>{w}}  {'alpha':>{w}}  alpha * v_j"]
+    shown = [r for r in rows if len(rows) <= max_rows or r["j -> i"].endswith(f"-> {node}")]
+    for r in shown:
+        lines += [f"    {r['j -> i']:>8}  {r['q·k']:{w}.{d}f}  {r['scaled']:{w}.{d}f}  {r['alpha']:{w}.{d}f}  "
+                  + _fmt(torch.tensor(r["alpha·v_j"]), d)]
+    if len(shown) < len(rows):
+        lines += [f"    ({len(rows) - len(shown)} more edges into the other queries not shown)"]
+    incoming = edge_index[1] == node  # (E,)
+    summed, y = m["summed"][node, 0], st.output[node]  # (D,) each
+    alpha_sum = m["alpha"][incoming, 0].sum().item()
+    same = torch.allclose(summed, y, atol=1e-12) and torch.allclose(m["output"][:, 0], st.output, atol=1e-12)
+    lines += [f"node i = {node}: {int(incoming.sum())} incoming edges, alphas sum to {alpha_sum:.{d}f}",
+              f"   sum of its messages alpha_ij v_j = {_fmt(summed, d)}",
+              f"   output row y_{node} of step 6    = {_fmt(y, d)}   equal: {same}"]
+    return lines

@@ -11,7 +11,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops
-from graphattn.routing import attend, needs_propagate, resolve
+from graphattn.routing import attend, resolve, use_propagate
 from graphattn.graphs import check_edge_index
 from graphattn.validate import (check_bool, check_choice, check_fits_memory, check_int, check_not_jit,
                                 check_probability, check_tensor, message)
@@ -69,7 +69,7 @@ class TransformerConv(MessagePassing):
     impl : {"auto", "message_passing"}, default "auto"
         ``"auto"``: graphattn's fast kernels, except in ``explain`` mode or
         with a message-passing hook registered, where it runs ``propagate``
-        (:func:`graphattn.routing.needs_propagate`), and under ``torch.compile``/``torch.export``,
+        (:func:`graphattn.routing.use_propagate`), and under ``torch.compile``/``torch.export``,
         which trace ``propagate`` (fullgraph, no graph breaks; the fast kernels
         keep host-side structure caches). ``"message_passing"``: always ``propagate``.
     **kwargs
@@ -202,7 +202,7 @@ class TransformerConv(MessagePassing):
         check_bool("return_attention_weights", return_attention_weights)
         x_src, x_dst = self._features(x)
         S, L = x_src.size(0), x_dst.size(0)
-        slow = self.impl == "message_passing" or needs_propagate(self)
+        slow = use_propagate(self, edge_index, batch)
         edge_index, plain, values = resolve(edge_index, size, batch, S, L, slow or return_attention_weights,
                                             x_dst.device)
         if edge_attr is None and values is not None and values.dim() > 1:

@@ -40,7 +40,8 @@ import torch
 
 import graphattn as ga
 from graphattn import viz
-from graphattn.steps import worked_example
+from graphattn.errata import errata
+from graphattn.steps import BOOK_WEIGHTS, worked_example
 
 pd.set_option("display.float_format", "{:.4g}".format)
 
@@ -122,6 +123,12 @@ assert torch.allclose(ex["output"], sum(w * v for w, v in zip(by_hand, ex["value
 # - the share of rows whose largest weight exceeds 0.99,
 # - the median over rows of the norm of the softmax Jacobian `diag(p) - p p^T`
 #   (the factor every gradient passes through on its way back to the scores).
+#
+# With 64 rows there is no middle row: `torch.median` returns the **lower** of
+# the two middle values (not their mean, as `numpy.median` does). Checked next.
+
+# %%
+assert torch.tensor([1.0, 2.0, 3.0, 4.0]).median() == 2.0  # lower median; numpy.median gives 2.5
 
 # %%
 def softmax_stats(scores):
@@ -250,3 +257,123 @@ assert m.loc["zero after", "token 0 moves when token 5 changes"] > 1e-3
 assert m.loc["zero scores", "weight on the future"] > 0.5
 assert m.loc["zero scores", "token 0 moves when token 5 changes"] > 1e-3
 assert m.loc["zero after, renormalise", "max |output - correct|"] < 1e-12
+
+# %% [markdown]
+# ## Errata: what the textbook section gets wrong, measured
+#
+# The textbook section this notebook follows states a few things that do not
+# hold. `graphattn.errata.errata()` computes one line per claim (the same lines
+# `graphattn steps` prints, and the table in the README's "Learn" section); the two claims
+# about a pretrained model (over-smoothing, [CLS]) are measured in notebook 3
+# and by `errata(model=True)`.
+
+# %%
+errata_rows = errata()
+pd.set_option("display.max_colwidth", None)
+pd.DataFrame([{"the source says": r["claim"], "measured here": r["measured"]} for r in errata_rows])
+
+# %% [markdown]
+# **Its worked softmax.** The source gives 0.67 / 0.21 / 0.12 for the scores
+# 2.1, 0.4, -0.3 "with d_k = 4". With `d_k = 4` the weights are 0.578 / 0.247 /
+# 0.174 (computed above); the source's numbers are what dividing by `sqrt(2)`
+# gives, i.e. `d_k = 2` (`graphattn steps --d-k 2`).
+
+# %%
+book = worked_example((2.1, 0.4, -0.3), d_k=2)["weights"]
+print("d_k = 2:", [round(w, 3) for w in book.tolist()], " source:", BOOK_WEIGHTS)
+assert max(abs(a - b) for a, b in zip(book.tolist(), BOOK_WEIGHTS)) < 0.01
+assert max(abs(a - b) for a, b in zip(ex["weights"].tolist(), BOOK_WEIGHTS)) > 0.05
+
+# %% [markdown]
+# **"Masking after the softmax zeroes then renormalises, so the mask is useless."**
+# The table of mistake 2 already measured that zero-then-renormalise *equals*
+# correct masking. What does break: zeroing without renormalising (rows sum to
+# less than 1, measured above), and float16: when a forbidden key's score
+# dominates, the allowed weight underflows to 0 and renormalising divides 0 by
+# 0. Masking first (`-inf` before the softmax) gives exactly 1.
+
+# %%
+scores16 = torch.tensor([[0.0, 20.0]], dtype=torch.float16)  # query 0 may read key 0 only
+keep = torch.tensor([[True, False]])
+after = scores16.softmax(-1) * keep
+print("float16, zero after:", after.tolist(), " renormalised:", (after / after.sum(-1, keepdim=True)).tolist(),
+      " masked first:", scores16.masked_fill(~keep, float("-inf")).softmax(-1).tolist())
+assert after[0, 0] == 0 and torch.isnan(after / after.sum(-1, keepdim=True)).all()
+assert scores16.masked_fill(~keep, float("-inf")).softmax(-1)[0, 0] == 1.0
+assert errata_rows[1]["values"]["renormalise_diff"] < 1e-12
+
+# %% [markdown]
+# **"The score matrix must be square."** With L queries and S keys (cross-attention)
+# the scores are L x S and every row of weights is still a distribution.
+
+# %%
+x_kv = torch.randn(5, d, generator=gen, dtype=torch.float64)
+cross = ga.dense.six_steps(x[:3, :d], *(torch.randn(d, d, generator=gen, dtype=torch.float64) for _ in range(3)),
+                           x_kv=x_kv)
+print("scores:", tuple(cross.scores.shape[-2:]), " row sums:", cross.weights[0].sum(-1).tolist())
+assert cross.scores.shape[-2:] == (3, 5)
+assert torch.allclose(cross.weights[0].sum(-1), torch.ones(3, dtype=torch.float64))
+
+# %% [markdown]
+# **"The diagonal is dark because Q and K come from the same input."** With
+# independent random projections, a token's weight on itself is on average the
+# uniform `1/L`; only tying `W_K = W_Q` makes `q_i · k_i = ||W x_i||^2` large.
+# A bright diagonal in a trained model is learned, not built in.
+
+# %%
+diag = errata_rows[4]["values"]
+print(f"mean self-weight: random {diag['random_self_weight']:.4f}, uniform {diag['uniform']:.4f}, "
+      f"tied W_K = W_Q {diag['tied_self_weight']:.3f}")
+assert abs(diag["random_self_weight"] - diag["uniform"]) < 0.01 and diag["tied_self_weight"] > 0.5
+
+# %% [markdown]
+# **"The encoder uses cross-attention."** An encoder layer has one attention,
+# over its own tokens (a complete graph); cross-attention, a bipartite graph
+# from decoder queries to encoder keys, is the decoder's second attention.
+
+# %%
+enc = [n for n, m in torch.nn.TransformerEncoderLayer(8, 2).named_modules() if isinstance(m, torch.nn.MultiheadAttention)]
+dec = [n for n, m in torch.nn.TransformerDecoderLayer(8, 2).named_modules() if isinstance(m, torch.nn.MultiheadAttention)]
+print("encoder layer:", enc, " decoder layer:", dec)
+assert enc == ["self_attn"] and dec == ["self_attn", "multihead_attn"]
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. One query has the raw scores 3, 3, 3 and `d_k = 9`. What are its weights?
+# 2. Add 10 to each of the worked example's raw scores. Do the weights change?
+# 3. Which integer `d_k` from 1 to 8 brings the worked example closest to the
+#    source's 0.67 / 0.21 / 0.12?
+# 4. Unscaled, with unit-variance entries, what is the variance of `q · k` at
+#    `d_k = 1024`? (Read it from the table of mistake 1.)
+#
+# ### Answers (each checked)
+#
+# 1. One third each: equal scores give equal weights, whatever the scale.
+
+# %%
+assert torch.allclose(worked_example((3.0, 3.0, 3.0), d_k=9, values=torch.eye(3).tolist())["weights"],
+                      torch.full((3,), 1 / 3, dtype=torch.float64))
+
+# %% [markdown]
+# 2. No: the softmax is unchanged by adding the same number to every score of a row.
+
+# %%
+shifted = worked_example((12.1, 10.4, 9.7), d_k=4)["weights"]
+assert torch.allclose(shifted, ex["weights"], atol=1e-12)
+
+# %% [markdown]
+# 3. `d_k = 2` (dividing by `sqrt(2)`), as the errata say.
+
+# %%
+def distance_to_source(d_k):
+    return max(abs(a - b) for a, b in zip(worked_example((2.1, 0.4, -0.3), d_k=d_k)["weights"].tolist(), BOOK_WEIGHTS))
+
+
+assert min(range(1, 9), key=distance_to_source) == 2
+
+# %% [markdown]
+# 4. About 1024 (a sum of 1024 products of unit variance); measured within 20 %.
+
+# %%
+assert 0.8 * 1024 < table[(table.d_k == 1024) & ~table.scaled].variance.item() < 1.2 * 1024

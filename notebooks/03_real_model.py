@@ -162,7 +162,7 @@ for ax, value, name in ((axes[0], share, "self share"), (axes[1], distance, "mea
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(name)
-    fig.colorbar(im, ax=ax)
+    fig.colorbar(im, ax=ax, label=name)
 fig.tight_layout()
 print("self share: min %.3f, max %.3f;  distance: min %.2f, max %.2f" %
       (share.min(), share.max(), distance.min(), distance.max()))
@@ -203,10 +203,11 @@ def entropy(p):
 
 compare = pd.DataFrame({"raw (last layer)": raw[it], "rollout": rollout[it], "flow": flow[it].float()},
                        index=tired.tokens)
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
+top = max(float(m.max()) for m in (raw, rollout, flow))  # one colour scale: the three are compared
 for ax, (name, matrix) in zip(axes, (("raw, last layer", raw), ("rollout", rollout), ("flow", flow))):
-    viz.attention_heatmap(matrix, tired.tokens, tired.tokens, ax=ax, title=name)
-fig.tight_layout()
+    viz.attention_heatmap(matrix, tired.tokens, tired.tokens, ax=ax, title=f"{name} (one scale)", vmin=0.0,
+                          vmax=top, colorbar=ax is axes[-1])
 print(compare.T.round(3).to_string())
 print("entropy of the row of 'it': raw %.3f, rollout %.3f, flow %.3f, uniform %.3f"
       % (entropy(raw[it]), entropy(rollout[it]), entropy(flow[it]), math.log(N)))
@@ -326,3 +327,65 @@ print(f"layer 3, head {head}: it -> animal  tired %.3f  wide %.3f" % (dense[3, h
 # %%
 assert last_tired[animal] > last_tired[street] and last_wide[animal] > last_wide[street]
 assert dense[3, head, it, animal] - dense_wide[3, head, it, animal] > 0.3
+
+# %% [markdown]
+# The same comparison as a picture: what *it* reads in every layer (heads
+# averaged), for both sentences on one colour scale, and their difference on a
+# symmetric scale (red: more in *tired*, blue: more in *wide*).
+
+# %%
+it_tired, it_wide = dense[:, :, it].mean(1), dense_wide[:, :, it].mean(1)  # (layers, S) each
+keys = tired.tokens[:13] + ["tired/wide"] + tired.tokens[14:]
+fig, axes = plt.subplots(1, 3, figsize=(16, 3.4), layout="constrained")
+top = float(max(it_tired.max(), it_wide.max()))
+for ax, (name, m) in zip(axes[:2], (("tired", it_tired), ("wide", it_wide))):
+    viz.attention_heatmap(m, [f"layer {n}" for n in range(6)], keys, ax=ax, vmin=0.0, vmax=top, annotate=False,
+                          colorbar=ax is axes[1], title=f"'it' in the '{name}' sentence")
+    ax.set_ylabel("layer (query 'it')")
+diff = it_tired - it_wide
+bound = float(diff.abs().max())
+viz.attention_heatmap(diff, [f"layer {n}" for n in range(6)], keys, ax=axes[2], cmap="RdBu_r", vmin=-bound,
+                      vmax=bound, annotate=False, label="tired - wide", title="difference")
+axes[2].set_ylabel("layer (query 'it')")
+
+# %%
+assert torch.allclose(it_tired.sum(-1), torch.ones(6), atol=1e-5) and torch.allclose(it_wide.sum(-1), torch.ones(6), atol=1e-5)
+assert abs(diff.sum(-1)).max() < 1e-5  # both rows are distributions: the differences cancel
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Which key receives the most attention in the last layer, heads averaged?
+# 2. What share of all of layer 2's attention goes to [CLS]? Compute it from the
+#    dense weights and compare with the hubs table.
+# 3. MiniLM's sentence embedding is the normalised **mean** of the last layer's
+#    token vectors, not the [CLS] vector: check it with
+#    `graphattn.interop.hf.sentence_embeddings`.
+#
+# ### Answers (each checked)
+#
+# 1. [CLS], as in every layer (the hubs table).
+
+# %%
+received_last = dense[-1].mean(0).sum(0)  # (S,): column sums, heads averaged
+assert tired.tokens[int(received_last.argmax())] == "[CLS]"
+
+# %% [markdown]
+# 2. The hubs table's `[CLS] share` of layer 2: the column sum of [CLS] over N.
+
+# %%
+share_2 = (dense[2].mean(0)[:, 0].sum() / N).item()
+assert abs(share_2 - hubs.loc[2, "[CLS] share"]) < 1e-5
+
+# %% [markdown]
+# 3. The mean of the 16 token vectors, normalised, equals the embedding; the
+#    [CLS] vector alone does not.
+
+# %%
+from graphattn.interop.hf import sentence_embeddings
+
+embedding = sentence_embeddings(model, tokenizer, SENTENCES[:1])[0]
+last = tired.hidden_states[-1]  # (N, F)
+mean_vector = last.mean(0) / last.mean(0).norm()
+assert torch.allclose(embedding, mean_vector, atol=1e-5)
+assert not torch.allclose(embedding, last[0] / last[0].norm(), atol=1e-2)

@@ -53,7 +53,7 @@ shown = [P.causal(), P.window(2, 2), P.window(2, 2) | P.global_tokens([0]), P.st
          P.random(3, seed=0), P.bigbird(block=2, window_blocks=3, global_blocks=1, random_blocks=1)]
 fig, axes = plt.subplots(1, len(shown), figsize=(17, 3))
 for ax, pattern in zip(axes, shown):
-    viz.pattern_mask(pattern, L, ax=ax)
+    viz.pattern_mask(pattern, L, ax=ax, legend=ax is axes[-1])  # one legend for the row
     ax.title.set_fontsize(8)
 fig.tight_layout()
 
@@ -205,3 +205,30 @@ front
 front_families = set(table.reset_index().merge(front, on=["density", "cos_mean"]).family)
 print("families on the front:", front_families)
 assert front_families <= {"full", "topk", "oracle top-k"} and "full" in front_families
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. How many edges does `window(1, 1)` have on L = 10 tokens?
+# 2. How many edges does the causal pattern have on L = 16, and what is its density?
+# 3. Is the union of the causal pattern and its transpose (every edge reversed) the full pattern?
+#
+# ### Answers (each checked)
+#
+# 1. `3 L - 2 = 28`: three keys per query, minus one at each end.
+
+# %%
+assert P.window(1, 1).edge_index(10).size(1) == 3 * 10 - 2 == 28
+
+# %% [markdown]
+# 2. `L (L + 1) / 2 = 136` edges, density `136 / 256 = 0.53`.
+
+# %%
+assert P.causal().edge_index(16).size(1) == 136 and abs(P.stats(P.causal(), 16)["density"] - 136 / 256) < 1e-12
+
+# %% [markdown]
+# 3. Yes: every pair `(j, i)` has `j <= i` or `i <= j`.
+
+# %%
+causal16 = P.causal().mask(16)
+assert (causal16 | causal16.T).equal(P.full().mask(16))

@@ -223,3 +223,39 @@ for layer in ("AttentionConv", "GATConv", "TransformerConv"):
     assert mean_acc[layer, "constant + Laplacian PE"] > mean_acc[layer, "constant"] + 0.2
     assert mean_acc[layer, "one-hot"] > majority
 assert (runs[runs.inputs != "constant"].spread > 1.0).all()
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. How many edges does `AttentionConv` attend along in `Net`, and why not 156?
+# 2. Relabel the 34 members with a random permutation (features, edges and
+#    labels together). Does an untrained `AttentionConv` layer give the
+#    relabelled outputs?
+# 3. With constant inputs, why is every node's output the same?
+#
+# ### Answers (each checked)
+#
+# 1. 190: the 156 directed friendships plus the 34 self-loops we added to the graph.
+
+# %%
+assert EDGES_WITH_SELF.size(1) == 156 + 34
+
+# %% [markdown]
+# 2. Yes: attention along a graph is permutation-equivariant (notebook 6 measures it too).
+
+# %%
+torch.manual_seed(0)
+layer = ga.AttentionConv(34, 8, heads=2)
+perm = torch.randperm(34)
+inverse = torch.empty_like(perm)
+inverse[perm] = torch.arange(34)
+with torch.no_grad():
+    relabelled = layer(data.x[perm], inverse[EDGES_WITH_SELF])
+    assert torch.allclose(relabelled, layer(data.x, EDGES_WITH_SELF)[perm], atol=1e-6)
+
+# %% [markdown]
+# 3. Equal inputs give equal queries, keys and values; any weighted average of
+#    equal values is that value. Measured above as the spread of the outputs:
+
+# %%
+assert (runs[runs.inputs == "constant"].spread < 1e-5).all()

@@ -1,4 +1,5 @@
-"""ops.attention: every kernel ("sdpa", "block", "csr") against the dense oracle and a per-edge loop.
+"""ops.attention: every kernel ("sdpa", "block", "csr") against the dense oracle and a per-edge loop;
+float16/bfloat16 against SDPA in the same dtype and float64; the structure cache under threads.
 
 References: ``dense.six_steps`` (the oracle; identity projections so that its
 queries/keys/values are ours) for graphs without duplicate edges, and
@@ -187,6 +188,36 @@ def test_duplicate_edges_are_separate_edges(dtype, kernel):
     out, alpha = ops.attention(*inputs, edge_index, impl=kernel, need_weights=True)
     ref_out, ref_alpha = _loop_reference(*inputs, edge_index)
     _assert_same(out, alpha, ref_out, ref_alpha, inputs)
+
+
+@pytest.mark.parametrize("block_cache", [True, False], ids=["blocks_kept", "blocks_per_call"])
+@pytest.mark.parametrize("degree", [3, 20], ids=["short_rows", "fused_rows"])
+def test_csr_uniform_degree_with_duplicates_and_dead_rows(degree, block_cache, monkeypatch):
+    """Every query reads ``degree`` random keys (duplicates likely, as in sampled graphs); one query's
+    edges are all -inf (the reference: the graph without them); two head counts on one graph (the
+    block-diagonal indices are kept per H)."""
+    if not block_cache:
+        monkeypatch.setattr(ops.structure, "HEAD_BLOCK_ENTRIES", 0)
+    L, S = 12, 5
+    g = torch.Generator().manual_seed(3)
+    edge_index = torch.stack([torch.randint(0, S, (L * degree,), generator=g),
+                              torch.arange(L).repeat_interleave(degree)])
+    graph = ops.prepare(edge_index, L, S)
+    assert graph.uniform_degree == degree and graph.has_duplicates
+    for H in (2, 3, 2):
+        inputs = _qkv(L, S, H=H)
+        bias = torch.randn(edge_index.size(1), H, dtype=torch.float64)
+        dead = edge_index[1] == 4
+        bias[dead] = float("-inf")
+        bias.requires_grad_()
+        out, alpha = ops.attention(*inputs, edge_index, edge_bias=bias, impl="csr", need_weights=True)
+        ref_out, kept_alpha = _loop_reference(*inputs, edge_index[:, ~dead], bias=bias[~dead])
+        ref_alpha = torch.zeros_like(alpha).index_put((torch.nonzero(~dead).flatten(),), kept_alpha)  # (E, H)
+        assert torch.equal(out[4], torch.zeros_like(out[4]))
+        assert_close(out, ref_out)
+        assert_close(alpha, ref_alpha)
+        for got, want in zip(_grads(out, alpha, inputs + [bias]), _grads(ref_out, ref_alpha, inputs + [bias])):
+            assert_close(got, want)
 
 
 def test_duplicates_refused_by_forced_block_kernel():
@@ -702,3 +733,16 @@ def test_cache_size_is_configurable():
     finally:
         ops.set_cache_size(ops.CACHE_SIZE)
     assert ops.cache_size() == ops.CACHE_SIZE == 8
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_types_with_non_finite_features_on_the_fused_path(dtype):
+    """The guard's exact recompute runs half types too: only the readers of a NaN key get NaN."""
+    L, poisoned = 70, 30
+    q, k, v = (torch.randn(L, 2, 8).to(dtype) for _ in range(3))
+    k[poisoned] = float("nan")
+    for edges in (patterns.causal(), patterns.causal().edge_index(L)):
+        out, _ = ops.attention(q, k, v, edges)
+        assert out.dtype == dtype and torch.isnan(out[poisoned:]).all()
+        clean, _ = ops.attention(q[:poisoned], k[:poisoned], v[:poisoned], patterns.causal())
+        _assert_half_close(out[:poisoned], clean, dtype)  # the earlier queries never read the NaN

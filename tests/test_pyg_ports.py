@@ -185,3 +185,11 @@ def test_attention_conv_compiles_without_graph_breaks():
     x = X.double()
     compiled = torch.compile(fast, fullgraph=True, backend="eager")
     assert_close(compiled(x, EDGE_INDEX), fast(x, EDGE_INDEX))
+
+
+def test_batched_pattern_under_compile():
+    """Traced on the ragged kernel (graph breaks where it reads sizes), equal to eager."""
+    fast, _ = attention_conv_pair()
+    compiled = torch.compile(fast, backend="eager")
+    x = X.double()
+    assert_close(compiled(x, ga.patterns.full(), batch=BATCH), fast(x, ga.patterns.full(), batch=BATCH))

@@ -11,11 +11,15 @@ PATTERNS = [pytest.param(ga.patterns.full(), id="full"), pytest.param(ga.pattern
             pytest.param(ga.patterns.window(1, 0), id="window_1_0")]
 
 
+LENGTHS = [pytest.param([3, 0, 5, 1, 7, 5, 0], id="similar"),  # empty graphs, a single node, a prime
+           pytest.param([1, 40, 2, 0, 3, 2, 1, 5, 2, 3], id="uneven")]  # padding > MAX_PADDING x work: grouped
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("need_weights", [False, True], ids=["out", "weights"])
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_equals_attention_on_batch_sequences(pattern, need_weights, dtype):
-    lengths = [3, 0, 5, 1, 7, 5, 0]  # empty graphs, a single node, a prime
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_equals_attention_on_batch_sequences(lengths, pattern, need_weights, dtype):
     edge_index, batch = ga.graphs.batch_sequences(lengths, pattern)
     N, H, D = sum(lengths), 2, 3
     q, k, v = (torch.randn(N, H, D, dtype=dtype, requires_grad=True) for _ in range(3))

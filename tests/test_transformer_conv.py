@@ -295,6 +295,7 @@ def test_batch_refusals():
         ga.TransformerConv(4, 3, edge_dim=2)(x, ga.patterns.full(), torch.randn(25, 2))
 
 
+@pytest.mark.slow
 def test_torch_compile_fullgraph_and_export():
     """Traces without graph breaks (the eager backend: tracing only, fast) and exports; same numbers."""
     from torch_geometric import EdgeIndex

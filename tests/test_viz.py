@@ -149,3 +149,133 @@ def test_pareto_accepts_dataframe(ax):
     df = pd.DataFrame(dict(family=["a", "a"], density=[0.5, 0.1], fidelity=[0.9, 0.2]))
     lines = viz.pareto(df, ax=ax)
     np.testing.assert_allclose(lines[0].get_xdata(), [0.1, 0.5])
+
+
+def test_heatmap_colorbar_shared_scale_and_numbers(ax):
+    w = torch.tensor([[0.2, 0.8], [0.6, 0.4]])
+    im = viz.attention_heatmap(w, ax=ax, vmin=0.0, vmax=1.0)
+    assert im.get_clim() == (0.0, 1.0) and im.colorbar is not None
+    assert im.colorbar.ax.get_ylabel() == "attention weight"
+    # annotate=None writes the numbers of a small map, at the cell (x = j, y = i)
+    assert sorted((t.get_position(), t.get_text()) for t in ax.texts) == sorted(
+        ((j, i), f"{w[i, j]:.2f}") for i in range(2) for j in range(2))
+    fig2, ax2 = plt.subplots()
+    im2 = viz.attention_heatmap(torch.rand(12, 12), ax=ax2, colorbar=False)
+    assert im2.colorbar is None and not ax2.texts  # 12 x 12: too large for numbers by default
+    viz.attention_heatmap(torch.rand(12, 12), ax=ax2, annotate=True, colorbar=False)
+    assert len(ax2.texts) == 144
+    # a difference map: the scale reaches below 0; a bad explicit scale is refused
+    im3 = viz.attention_heatmap(torch.tensor([[-0.5, 0.25]]), ax=ax2, colorbar=False)
+    assert im3.get_clim() == (-0.5, 0.25)
+    with pytest.raises(ValueError, match="'vmax'"):
+        viz.attention_heatmap(w, ax=ax2, vmin=1.0, vmax=0.5)
+    plt.close(fig2)
+
+
+def test_heatmap_integer_ticks_and_thinned_labels(ax):
+    viz.attention_heatmap(torch.rand(6, 6), ax=ax, colorbar=False)
+    ax.figure.canvas.draw()
+    assert all(float(t).is_integer() for t in ax.get_xticks()) and all(float(t).is_integer() for t in ax.get_yticks())
+    fig2, ax2 = plt.subplots()
+    labels = [f"t{n}" for n in range(100)]
+    viz.attention_heatmap(torch.rand(100, 100), labels, labels, ax=ax2, colorbar=False, max_labels=25)
+    assert [t.get_text() for t in ax2.get_xticklabels()] == labels[::4]  # every 4th: they do not overlap
+    plt.close(fig2)
+
+
+def test_pattern_mask_integer_ticks_and_legend(ax):
+    viz.pattern_mask(torch.tril(torch.ones(6, 6, dtype=torch.bool)), ax=ax)
+    ax.figure.canvas.draw()
+    for ticks in (ax.get_xticks(), ax.get_yticks()):
+        assert all(float(t).is_integer() for t in ticks)  # never a tick at 2.5
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["edge j -> i (may attend)", "no edge"]
+
+
+@pytest.mark.parametrize("origin", ["upper", "lower"])
+def test_head_grid_query_zero_on_top_whatever_rcparams(origin):
+    w = torch.zeros(1, 1, 3, 3)
+    w[0, 0, 0] = 1.0  # only query 0 has weight
+    with plt.rc_context({"image.origin": origin}):
+        fig = plt.figure()
+        (im,) = viz.head_grid(w, fig=fig).flat
+        fig.canvas.draw()
+        assert im.origin == "upper"
+        top, bottom = im.axes.get_ylim()[::-1]
+        assert top < bottom  # y grows downwards: row 0 (query 0) is drawn at the top
+        rgba = im.make_image(fig.canvas.get_renderer(), unsampled=True)[0]  # (rows, cols, 4), top row first
+        assert rgba[0, 0, :3].tolist() != rgba[-1, 0, :3].tolist()
+        np.testing.assert_array_equal(rgba[0, 0], rgba[0, -1])  # the bright row is the first one
+        plt.close(fig)
+
+
+def test_head_grid_shared_scale_and_labels_only_when_readable():
+    w = torch.rand(2, 2, 16, 16).softmax(-1)
+    fig = plt.figure()
+    images = viz.head_grid(w, tokens=[f"t{n}" for n in range(16)], fig=fig, vmin=0.0, vmax=0.5)
+    assert all(im.get_clim() == (0.0, 0.5) for im in images.flat)
+    assert not images[1, 0].axes.get_xticklabels()  # 16 labels do not fit a grid panel
+    plt.close(fig)
+
+
+def test_attention_graph_labels_every_node_by_default(ax):
+    ei = mask_to_edge_index(torch.tril(torch.ones(3, 3, dtype=torch.bool)))
+    viz.attention_graph(ei, torch.ones(ei.size(1)), ax=ax)
+    assert sorted(t.get_text() for t in ax.texts) == ["0", "0", "1", "1", "2", "2"]  # keys left, queries right
+    shared = viz.attention_graph(ei, torch.full((ei.size(1),), 0.5), ax=ax, vmax=1.0, max_width=4.0)
+    np.testing.assert_allclose(shared.get_linewidths(), 2.0)  # 0.5 on a scale whose top is 1.0
+
+
+def test_encoder_decoder_draws_the_three_graphs(ax):
+    out = viz.encoder_decoder(4, 3, ax=ax)
+    assert len(out["encoder"]) == 16 and len(out["decoder"]) == 6 and len(out["cross"]) == 12
+    enc, dec, cross = (out["edge_index"][k] for k in ("encoder", "decoder", "cross"))
+    assert edge_index_to_mask(dec, 3).equal(torch.tril(torch.ones(3, 3, dtype=torch.bool)))
+    assert edge_index_to_mask(cross, (4, 3)).all() and cross[0].max() == 3 and cross[1].max() == 2
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "16 edges" in texts[0] and "6 edges" in texts[1] and "12 edges" in texts[2]
+
+
+def test_multihead_one_graph_per_head_with_shapes():
+    ei = mask_to_edge_index(torch.ones(4, 4, dtype=torch.bool))
+    alpha = torch.rand(16, 3)
+    fig = plt.figure()
+    out = viz.multihead(ei, alpha, in_channels=8, out_channels=6, fig=fig)
+    assert len(out["graphs"]) == 3
+    np.testing.assert_allclose(out["graphs"][2].get_linewidths(), 6.0 * alpha[:, 2].numpy(), rtol=1e-6)  # one scale
+    assert "(4, 3, 2)" in out["boxes"][0].get_text() and "(4, 6)" in out["boxes"][1].get_text()
+    with pytest.raises(ValueError, match="'out_channels'"):
+        viz.multihead(ei, alpha, in_channels=8, out_channels=7, fig=plt.figure())
+    plt.close("all")
+
+
+def _record():
+    from graphattn.interop.records import AttentionRecord
+
+    causal = mask_to_edge_index(torch.tril(torch.ones(3, 3, dtype=torch.bool)))  # (2, 6)
+    full = mask_to_edge_index(torch.ones(3, 3, dtype=torch.bool))  # (2, 9)
+    alpha_causal = torch.tensor([[1.0, 1.0], [0.5, 0.2], [0.5, 0.8], [0.1, 0.3], [0.2, 0.3], [0.7, 0.4]])
+    return AttentionRecord("a b c", ["a", "b", "c"], [causal, full], [alpha_causal, torch.full((9, 2), 1 / 3)])
+
+
+def test_bertviz_attention_format_and_missing_edges():
+    data = viz.bertviz_attention(_record())
+    assert [tuple(a.shape) for a in data["attention"]] == [(1, 2, 3, 3), (1, 2, 3, 3)]
+    assert data["tokens"] == ["a", "b", "c"]
+    # queries on rows: row 1 of head 1 is what query 1 reads (keys 0, 1)
+    np.testing.assert_allclose(data["attention"][0][0, 1, 1].numpy(), [0.2, 0.8, 0.0])
+    assert data["missing"][0].tolist() == [[False, True, True], [False, False, True], [False, False, False]]
+    assert not data["missing"][1].any()
+    with pytest.raises(ValueError, match="'view'"):
+        viz.bertviz_view(_record(), view="neuron")
+
+
+def test_bertviz_view_without_and_with_bertviz(monkeypatch):
+    import sys
+
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "bertviz", None)  # as if not installed
+        with pytest.raises(ImportError, match="pip install bertviz"):
+            viz.bertviz_view(_record())
+    pytest.importorskip("bertviz")
+    html = viz.bertviz_view(_record(), view="model")
+    assert "a" in html.data and "0.8" in html.data  # the weights travel into the page's JSON

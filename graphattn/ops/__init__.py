@@ -30,6 +30,8 @@ The rest, one concept per module: :mod:`~graphattn.ops.dispatch` (the entry
 cache, :func:`prepare`), :mod:`~graphattn.ops.softmax` (the one segment
 softmax), :mod:`~graphattn.ops.guard` (exactness for non-finite features) and
 :mod:`~graphattn.ops.shared` (scale, dropout, the edge-bias gradient).
+The structure cache keeps :func:`cache_size` graphs (default ``CACHE_SIZE`` = 8;
+change it with :func:`set_cache_size`) and is safe under concurrent calls.
 "block" and "csr" are :class:`torch.autograd.Function` objects with a
 hand-written backward built from the same kernels; gradients equal the dense
 oracle's (float64 gradcheck in ``tests/test_ops.py``).
@@ -38,8 +40,9 @@ oracle's (float64 gradcheck in ``tests/test_ops.py``).
 from graphattn.ops.dispatch import IMPLS, attention, check_edge_bias, check_qkv, choose_impl
 from graphattn.ops.ragged import batched_attention  # attention within each graph of a PyG batch
 from graphattn.ops.softmax import edge_scores, segment_softmax
-from graphattn.ops.structure import (BLOCK, CACHE_SIZE, MIN_FILL, TILE_FLOATS, _Graph, cache_size, prepare,
+from graphattn.ops.structure import (BLOCK, CACHE_SIZE, MIN_FILL, TILE_FLOATS, cache_size, prepare,
                                      set_cache_size)
+from graphattn.ops.structure import _Graph  # noqa: F401  (tests build structures directly: ops._Graph)
 
 __all__ = ["attention", "batched_attention", "prepare", "segment_softmax", "edge_scores", "check_qkv", "check_edge_bias",
            "choose_impl", "set_cache_size", "cache_size", "IMPLS", "BLOCK", "MIN_FILL", "TILE_FLOATS", "CACHE_SIZE"]

@@ -17,6 +17,7 @@ from torch.autograd.function import once_differentiable
 from graphattn.ops.csr import csr_backward
 from graphattn.ops.guard import finite
 from graphattn.ops.shared import apply_keep, bias_grad
+from graphattn.ops.softmax import softmax_rows, softmax_rows_backward
 
 
 def _pad_rows(x: Tensor, rows: int) -> Tensor:
@@ -69,10 +70,8 @@ class BlockAttention(torch.autograd.Function):
                 if bias is not None:
                     s_c.view(-1).index_add_(0, flat, bias[e0:e1, h if bias.size(1) > 1 else 0])
                 s_c.view(r1 - r0, ntb).masked_fill_(tiles.blocked[r0:r1], float("-inf"))
-                if probs is None:
-                    prob = torch.softmax(s_c.view(r1 - r0, ntb), -1)  # (c*B, nt*B), fused; 0 off the edges
-                else:  # private op for its out=: the probabilities land in the saved buffer (checked on 2.13)
-                    prob = torch._softmax(s_c.view(r1 - r0, ntb), -1, False, out=probs[h, r0:r1])
+                kept = None if probs is None else probs[h, r0:r1]  # saved for backward when needed
+                prob = softmax_rows(s_c.view(r1 - r0, ntb), kept)  # (c*B, nt*B), fused; 0 off the edges
                 if bias is not None:  # a row without edges, or whose bias is all -inf: NaN -> exact 0
                     prob.masked_fill_(torch.isneginf(s_c.view(r1 - r0, ntb).amax(-1, keepdim=True)), 0.0)
                 elif tiles.has_empty:  # a row without edges is all -inf: NaN -> exact 0
@@ -112,7 +111,7 @@ class BlockAttention(torch.autograd.Function):
                     d_prob.view(-1).index_add_(0, flat, grad_alpha[h, e0:e1])
                 keep = None if keeps is None else keeps[h, r0:r1].view(-1, B, ntb)  # (c, B, nt*B)
                 d_prob = apply_keep(d_prob, keep, p)  # dL/d prob
-                ds = torch._softmax_backward_data(d_prob, prob, -1, prob.dtype)  # (c, B, nt*B): dL/d score
+                ds = softmax_rows_backward(d_prob, prob)  # (c, B, nt*B): dL/d score
                 _head_rows(dq, h, r0, r1, B).baddbmm_(ds, k_c, beta=0.0, alpha=scale)  # (c, B, D)
                 tiles.add_keys(dk[h], torch.bmm(ds.mT, q_c).mul_(scale), b0, b1)  # (c, nt*B, D)
                 tiles.add_keys(dv[h], torch.bmm(apply_keep(prob, keep, p).mT, g_c), b0, b1)  # (c, nt*B, D_v)

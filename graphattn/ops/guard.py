@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from graphattn.ops.csr import CSRAttention
+from graphattn.ops.shared import compute_dtype
 from graphattn.ops.structure import _Graph
 
 
@@ -42,8 +43,9 @@ def guarded(kernel, query, key, value, readers, sub_edges, bias, scale, p):
     out, alpha = kernel(*clean, bias)  # (L, H, D_v), (H, E)
     sub_index, positions = sub_edges(affected)  # (2, E'), (E',)
     sub = _Graph(sub_index, query.size(0), key.size(0))
-    fix_out, fix_alpha = CSRAttention.apply(query, key, value, None if bias is None else bias[positions],
-                                            sub, scale, p)  # (L, H, D_v), (H, E')
+    acc = compute_dtype(query.dtype)  # half types (SDPA's fused path) in float32: CPU sparse kernels lack them
+    wide = [None if t is None else t.to(acc) for t in (query, key, value, None if bias is None else bias[positions])]
+    fix_out, fix_alpha = (t.to(query.dtype) for t in CSRAttention.apply(*wide, sub, scale, p))  # (L, H, D_v), (H, E')
     out = torch.where(affected[:, None, None], fix_out, out)  # (L, H, D_v)
     if alpha.size(1):
         alpha = alpha.index_copy(1, positions, fix_alpha)  # (H, E)

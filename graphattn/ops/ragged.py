@@ -8,7 +8,10 @@ means "every node attends to every node of its own graph";
 Kernel: the nodes are laid out as a padded ``(B, H, T, D)`` batch (one
 ``index_copy``; T the largest graph) and one
 :func:`torch.nn.functional.scaled_dot_product_attention` call runs with the key
-padding (and causal) mask: exact, no padding key is ever read. Measured
+padding (and causal) mask: exact, no padding key is ever read. When the sizes
+are so uneven that padding would cost more than ``MAX_PADDING`` times the
+work (one large graph among small ones), the graphs are grouped by size class
+(within a factor 2) and each group is one padded call. Measured
 against per-size bucketing (one dense SDPA per distinct graph size, no padding
 FLOPs), the single padded call was 1.3-2x faster forward + backward on CPU for
 1000 graphs of 20-40 nodes and for 32 graphs of 10-50 nodes (call overhead and
@@ -31,6 +34,7 @@ from graphattn.validate import check_tensor, message
 __all__ = ["batched_attention", "group_sizes", "per_graph_edges"]
 
 RAGGED_KINDS = ("full", "causal")
+MAX_PADDING = 4.0  # one padded call while B * T^2 <= this many times sum(n_b^2); else graphs grouped by size
 
 
 def group_sizes(batch: Tensor, num_nodes: int) -> Tensor:
@@ -130,14 +134,41 @@ def batched_attention(query: Tensor, key: Tensor, value: Tensor, pattern, batch:
     if kind not in RAGGED_KINDS:
         edge_index = per_graph_edges(counts, pattern)  # (2, E): the pattern inside each graph
         return attention(query, key, value, edge_index.to(query.device), scale=scale, dropout=dropout,
-                             training=training, need_weights=need_weights)
+                         training=training, need_weights=need_weights)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     p = dropout if training else 0.0
     causal = kind == "causal"
-    B = counts.numel()
-    flat, valid, T = _padded_layout(batch.long(), counts)  # (N,), (B, T)
     if N == 0:
         return value.new_zeros(0, H, value.size(-1)), (value.new_zeros(0, H) if need_weights else None)
+    longest = int(counts.max())
+    if counts.numel() * longest ** 2 <= MAX_PADDING * int((counts * counts).sum()):
+        return _padded_attention(query, key, value, batch.long(), counts, causal, scale, p, need_weights)
+    if need_weights:  # sizes too uneven for one padded batch, and alpha needs the edges anyway
+        return attention(query, key, value, per_graph_edges(counts, pattern).to(query.device), scale=scale,
+                         dropout=dropout, training=training, need_weights=True)
+    return _grouped_attention(query, key, value, batch.long(), counts, causal, scale, p)
+
+
+def _grouped_attention(query, key, value, batch, counts, causal: bool, scale: float, p: float):
+    """Graphs grouped by size (within a factor 2, so each group's padding is at most 4x its work), one
+    padded call per group."""
+    group = torch.log2(counts.clamp(min=1).double()).ceil().long()  # (B,) size class of each graph
+    out = value.new_zeros(value.shape)  # (N, H, D_v)
+    for g in torch.unique(group).tolist():
+        members = group == g  # (B,)
+        nodes = members[batch].nonzero().squeeze(1)  # (N_g,) their nodes, graph after graph
+        renumber = members.long().cumsum(0) - 1  # (B,) graph index inside the group
+        sub, _ = _padded_attention(query[nodes], key[nodes], value[nodes], renumber[batch[nodes]],
+                                   counts[members], causal, scale, p, False)  # (N_g, H, D_v)
+        out = out.index_copy(0, nodes, sub)  # (N, H, D_v)
+    return out, None
+
+
+def _padded_attention(query, key, value, batch, counts, causal: bool, scale: float, p: float, need_weights: bool):
+    """One SDPA call on the padded ``(B, H, T, D)`` layout with the key padding (and causal) mask."""
+    H = query.size(1)
+    B = counts.numel()
+    flat, valid, T = _padded_layout(batch, counts)  # (N,), (B, T)
     visible = valid[:, None, :]  # (B, 1, T): keys of each graph (a padding query reads them too; dropped)
     if causal:
         visible = visible & torch.ones(T, T, dtype=torch.bool, device=valid.device).tril()  # (B, T, T)
