@@ -244,7 +244,7 @@ class AttentionConv(MessagePassing):
         if not torch.compiler.is_compiling():  # reads indices on the host: a graph break
             check_edge_index(edge_index, key.size(0), query.size(0))
         size = (key.size(0), query.size(0))  # (S, L), PyG order
-        edge_bias = ops.check_edge_bias(edge_bias, edge_index.size(1), self.heads, dtype=query.dtype)  # as the fast path
+        edge_bias = ops.check_edge_bias(edge_bias, edge_index.size(1), self.heads, dtype=query.dtype)
         alpha = self.edge_updater(edge_index, query=query, key=key, edge_bias=edge_bias, size=size)  # (E, H)
         out = self.propagate(edge_index, value=value, alpha=alpha, size=size)  # (L, H, D)
         return out, alpha

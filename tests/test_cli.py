@@ -101,3 +101,31 @@ def test_commands_import_no_heavy_module_and_the_core_no_command():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[] []"
+
+
+@pytest.mark.parametrize("command", [["bench"], ["prune"], ["explain", "a b", "--token", "a"]],
+                         ids=["bench", "prune", "explain"])
+@pytest.mark.parametrize("where", ["under_a_file", "is_a_file"])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(command, where, tmp_path, capsys,
+                                                                           monkeypatch):
+    """``--out`` under a file (or a file itself) used to fail with a raw OSError after the whole run."""
+    from graphattn import bench, prune
+    from graphattn.interop import explain
+
+    for module, name in ((bench, "run"), (prune, "load_model"), (explain, "explain")):
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("ran before --out was checked"))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    out = blocker / "out" if where == "under_a_file" else blocker
+    assert cli.main(command + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphattn {command[0]}: error: Expected '--out' to be a folder") and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # the probe left nothing behind
+
+
+def test_prune_json_must_be_a_writable_file_path(tmp_path, capsys):
+    assert cli.main(["prune", "--json", str(tmp_path)]) == 2
+    assert "Expected '--json' to be a file path" in capsys.readouterr().err
+    (tmp_path / "file").write_text("x")
+    assert cli.main(["prune", "--json", str(tmp_path / "file" / "x.json")]) == 2
+    assert "Expected '--json' to be a file that can be created and written" in capsys.readouterr().err

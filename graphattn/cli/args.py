@@ -14,7 +14,7 @@ import os
 
 from graphattn.validate import message
 
-__all__ = ["int_in", "float_in", "names", "ints", "cpu_threads"]
+__all__ = ["int_in", "float_in", "names", "ints", "cpu_threads", "out_path"]
 
 
 def int_in(name: str, low: int, high: int):
@@ -66,3 +66,33 @@ def names(name: str, allowed):
 def cpu_threads(name: str):
     """A thread count in ``[1, os.cpu_count()]`` (more threads than cores only slow torch down)."""
     return int_in(name, 1, os.cpu_count() or 1)
+
+
+def out_path(name: str, kind: str = "dir", convert=str):
+    """A folder (``kind="dir"``) or file (``"file"``) that can be written, checked before any work runs.
+
+    The nearest existing folder must take a new entry (probed with a temporary
+    folder, removed at once), so that an output under ``/proc`` or a read-only
+    mount is refused at parse time instead of after a long run.
+    """
+    import tempfile
+    from pathlib import Path
+
+    def parse(text: str):
+        path = Path(text)
+        if kind == "dir" and path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(message(name, "a folder", repr(text), "it is a file"))
+        if kind == "file" and path.is_dir():
+            raise argparse.ArgumentTypeError(message(name, "a file path", repr(text), "it is a folder"))
+        folder = path if kind == "dir" else path.parent
+        existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+        try:
+            if not existing.is_dir():
+                raise NotADirectoryError(f"{existing} is not a folder")
+            os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".graphattn-"))
+        except OSError as err:
+            raise argparse.ArgumentTypeError(message(name, f"a {'folder' if kind == 'dir' else 'file'} that can be "
+                                                     "created and written", repr(text), err.strerror or str(err))) from None
+        return convert(text)
+
+    return parse

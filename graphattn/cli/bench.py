@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from graphattn.bench.cases import FULL_SIZES, METHODS, MODES, PATTERNS
-from graphattn.cli.args import cpu_threads, float_in, int_in, ints, names
+from graphattn.cli.args import cpu_threads, float_in, int_in, ints, names, out_path
 
 __all__ = ["add_arguments", "main"]
 
@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip a case whose estimated extra memory exceeds this (GiB)")
     parser.add_argument("--timeout", type=float_in("--timeout", 0, 7 * 86400), default=600.0,
                         help="seconds per case before it is killed")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="folder for CSV/JSON/PNG")
+    parser.add_argument("--out", type=out_path("--out", convert=Path), default=Path("benchmarks/results"),
+                        help="folder for CSV/JSON/PNG")
     parser.add_argument("--plot", action="store_true", help="also write a PNG (time vs L per pattern)")
 
 

@@ -12,7 +12,7 @@ import argparse
 import re
 from pathlib import Path
 
-from graphattn.cli.args import int_in
+from graphattn.cli.args import int_in, out_path
 from graphattn.interop.explain import DEFAULT_OUT, ENGLISH_ONLY
 from graphattn.validate import message
 
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "not with --compare)")
     parser.add_argument("--top", type=int_in("--top", 1, MAX_INDEX), default=3, metavar="K",
                         help="keys listed per layer (default: 3)")
-    parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+    parser.add_argument("--out", type=out_path("--out"), default=DEFAULT_OUT, metavar="DIR",
                         help=f"directory for the PNG files (default: {DEFAULT_OUT})")
 
 

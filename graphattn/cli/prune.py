@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 
-from graphattn.cli.args import cpu_threads, int_in
+from graphattn.cli.args import cpu_threads, int_in, out_path
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, parse_spec
 from graphattn.prune.tasks import TASKS
 
@@ -52,10 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text", metavar="FILE", default=None,
                         help="your own passages, one per line (duplicates and lines under 4 words dropped; "
                              "default: the Python reference documentation, pydoc_data.topics)")
-    parser.add_argument("--out", metavar="DIR", default="prune-out",
+    parser.add_argument("--out", type=out_path("--out"), metavar="DIR", default="prune-out",
                         help="folder for prune.csv, prune.json, prune_{queries,passages,layers}.csv, prune.png "
                              "(default prune-out)")
-    parser.add_argument("--json", metavar="FILE", default=None, help="also write the JSON results to FILE")
+    parser.add_argument("--json", type=out_path("--json", "file"), metavar="FILE", default=None,
+                        help="also write the JSON results to FILE")
     parser.add_argument("--embeddings", action="store_true", help="also write prune_embeddings.npz")
     parser.add_argument("--seed", type=int_in("--seed", 0, 2**31 - 1), default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--resamples", type=int_in("--resamples", 100, 1_000_000), default=2000, metavar="N",
