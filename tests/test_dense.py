@@ -156,3 +156,17 @@ def test_bad_mask_shape_and_heads():
         dense.six_steps(torch.randn(3, 4), *(torch.eye(4),) * 3, bias=torch.zeros(2, 2))
     with pytest.raises(ValueError, match="'scale' to be a finite float"):
         dense.six_steps(torch.randn(3, 4), *(torch.eye(4),) * 3, scale=float("nan"))
+
+
+@pytest.mark.parametrize("bad", ["x_kv", "w_q", "w_k", "w_v"])
+def test_six_steps_refuses_mixed_dtypes_naming_the_argument(bad):
+    """float64 weights with float32 features used to fail inside torch's matmul."""
+    x = torch.randn(3, 4)
+    args = dict(x=x, x_kv=x, w_q=torch.randn(4, 4), w_k=torch.randn(4, 4), w_v=torch.randn(4, 4))
+    args[bad] = args[bad].double()
+    with pytest.raises(TypeError, match=rf"^Expected '{bad}' to be of the dtype of 'x' \(torch.float32\)"):
+        dense.six_steps(**args)
+    args[bad] = args[bad].float()
+    same = dense.six_steps(**args)  # the same values in one dtype: the SDPA result
+    ref = F.scaled_dot_product_attention(x @ args["w_q"], args["x_kv"] @ args["w_k"], args["x_kv"] @ args["w_v"])
+    torch.testing.assert_close(same.output, ref, atol=1e-5, rtol=1e-5)
