@@ -432,7 +432,8 @@ def test_prune_runs_any_local_encoder_through_the_bridge(family, tmp_path, capsy
     tok.save_pretrained(tmp_path / "model")
     out = tmp_path / "out"
     code = cli.main(["prune", "--model", str(tmp_path / "model"), "--task", "first-sentence", "--limit", "6",
-                     "--max-length", "32", "--patterns", "window:2", "topk:2@layers=1", "--out", str(out)])
+                     "--max-length", "32", "--patterns", "window:2", "topk:2@layers=1", "random:2,per=head",
+                     "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "PASS" in printed and (out / "prune.csv").exists()
@@ -491,3 +492,23 @@ def test_global_tokens_by_role(text):
         if text.startswith("window"):
             expected = expected | patterns.window(1, 1).mask(n)
         assert torch.equal(mask, expected)
+
+
+def test_random_keys_drawn_per_layer_and_head():
+    spec = parse_spec("random:3,seed=4,per=head")
+    assert spec.name == "random_3_s4_per_head" and not spec.data_dependent
+    valid = torch.ones(2, 1, 7, 7, dtype=torch.bool)
+    valid[1, :, 5:], valid[1, :, :, 5:] = False, False  # a sequence of 5 tokens, padded to 7
+    weights = torch.rand(2, 4, 7, 7) * valid  # (B, H, L, S): dense weights are 0 off the model's graph
+    layers = [spec.keep(weights, valid, layer) for layer in range(2)]
+    for layer, keep in enumerate(layers):
+        for h in range(4):  # each head its own draw, the one patterns.random makes with the derived seed
+            expected = patterns.random(3, seed=4 * 1_000_003 + 1009 * layer + h)
+            assert torch.equal(keep[0, h], expected.mask(7))
+            assert torch.equal(keep[1, h, :5, :5], expected.mask(5)) and not keep[1, h, 5:].any()
+    assert not torch.equal(layers[0][0, 0], layers[0][0, 1]) and not torch.equal(layers[0], layers[1])
+    union = parse_spec("window:1|random:3,per=head")
+    assert not union.data_dependent and torch.equal(
+        union.keep(weights, valid, 1)[0, 2], patterns.window(1, 1).mask(7) | patterns.random(3, seed=1011).mask(7))
+    oracle = prune.run._rows([spec])[2][0]  # its oracle keeps the same number of keys per query and head
+    assert torch.equal(oracle.keep(weights, valid).sum(-1), layers[0].sum(-1))
