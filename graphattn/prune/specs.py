@@ -57,7 +57,8 @@ def _value(family: str, key: str, text: str, kind):
             return text
         return [i for t in text.split("+") for i in _role(t.strip().lower())]  # index list: 0+5, cls+sep
     except ValueError:
-        what = {int: "an int", float: "a number", str: "model or head"}.get(kind, "indices or roles like 0, 0+5, cls, sep, cls+sep, first4")
+        what = {int: "an int", float: "a number", str: "model or head"}.get(
+            kind, "indices or roles like 0, 0+5, cls, sep, cls+sep, first4")
         raise ValueError(f"Expected '{key}' of spec '{family}' to be {what} (got {text!r})") from None
 
 
@@ -108,7 +109,10 @@ _FAMILIES = {
 
 
 def _per_head(k: int, seed: int):
-    """BigBird-style random keys, drawn anew for every (layer, head): seed ``seed * 1_000_003 + 1009 * layer + head``."""
+    """BigBird-style random keys, drawn anew for every (layer, head).
+
+    The draw of (layer, head) is ``patterns.random(k, seed * 1_000_003 + 1009 * layer + head)``.
+    """
     def draw(n: int, layer: int, head: int) -> Tensor:
         return patterns.random(k, seed=seed * 1_000_003 + 1009 * layer + head).mask(n)  # (n, n)
 
@@ -225,6 +229,14 @@ def _indices(text: str, what: str) -> frozenset:
     return frozenset(out)
 
 
+def _span(indices: frozenset) -> str:
+    """{3, 4, 5} -> ``3-5``; {0, 5} -> ``0+5``; {2} -> ``2``."""
+    lo, hi = min(indices), max(indices)
+    if len(indices) > 1 and indices == frozenset(range(lo, hi + 1)):
+        return f"{lo}-{hi}"
+    return "+".join(map(str, sorted(indices)))
+
+
 def as_spec(item, name: str | None = None) -> Spec:
     """A spec from a string (:func:`parse_spec`), a :class:`Spec`, a Pattern, or a pattern function.
 
@@ -292,8 +304,8 @@ def parse_spec(text: str) -> Spec:
                 raise _bad(text, f"expected @layers=... or @heads=... (got @{scope})")
             setattr(spec, key.strip(), _indices(val.strip(), key.strip()))
         spec.text = text
-        suffix = "".join(f"@{k}={'+'.join(map(str, sorted(getattr(spec, k))))}" for k in ("layers", "heads")
-                         if getattr(spec, k) is not None)
+        scopes = [k for k in ("layers", "heads") if getattr(spec, k) is not None]
+        suffix = "".join(f"@{k}={_span(getattr(spec, k))}" for k in scopes)
         spec.name += suffix
         return spec
     if "|" in text:
