@@ -190,6 +190,36 @@ def test_duplicate_edges_are_separate_edges(dtype, kernel):
     _assert_same(out, alpha, ref_out, ref_alpha, inputs)
 
 
+@pytest.mark.parametrize("block_cache", [True, False], ids=["blocks_kept", "blocks_per_call"])
+@pytest.mark.parametrize("degree", [3, 20], ids=["short_rows", "fused_rows"])
+def test_csr_uniform_degree_with_duplicates_and_dead_rows(degree, block_cache, monkeypatch):
+    """Every query reads ``degree`` random keys (duplicates likely, as in sampled graphs); one query's
+    edges are all -inf (the reference: the graph without them); two head counts on one graph (the
+    block-diagonal indices are kept per H)."""
+    if not block_cache:
+        monkeypatch.setattr(ops.structure, "HEAD_BLOCK_ENTRIES", 0)
+    L, S = 12, 5
+    g = torch.Generator().manual_seed(3)
+    edge_index = torch.stack([torch.randint(0, S, (L * degree,), generator=g),
+                              torch.arange(L).repeat_interleave(degree)])
+    graph = ops.prepare(edge_index, L, S)
+    assert graph.uniform_degree == degree and graph.has_duplicates
+    for H in (2, 3, 2):
+        inputs = _qkv(L, S, H=H)
+        bias = torch.randn(edge_index.size(1), H, dtype=torch.float64)
+        dead = edge_index[1] == 4
+        bias[dead] = float("-inf")
+        bias.requires_grad_()
+        out, alpha = ops.attention(*inputs, edge_index, edge_bias=bias, impl="csr", need_weights=True)
+        ref_out, kept_alpha = _loop_reference(*inputs, edge_index[:, ~dead], bias=bias[~dead])
+        ref_alpha = torch.zeros_like(alpha).index_put((torch.nonzero(~dead).flatten(),), kept_alpha)  # (E, H)
+        assert torch.equal(out[4], torch.zeros_like(out[4]))
+        assert_close(out, ref_out)
+        assert_close(alpha, ref_alpha)
+        for got, want in zip(_grads(out, alpha, inputs + [bias]), _grads(ref_out, ref_alpha, inputs + [bias])):
+            assert_close(got, want)
+
+
 def test_duplicates_refused_by_forced_block_kernel():
     edge_index = torch.tensor([[0, 0, 1], [0, 0, 1]])
     with pytest.raises(NotImplementedError, match="duplicates"):

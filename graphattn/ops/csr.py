@@ -1,12 +1,16 @@
 """The CSR kernel, exact on any graph: sampled matmul, segment softmax, sparse-dense matmul.
 
 Edges sorted by target (:class:`~graphattn.ops.structure._Graph`); scores by a
-sampled dense-dense matmul (``torch.sparse.sampled_addmm``), the softmax over
-the CSR segments (:func:`~graphattn.ops.softmax.segment_softmax`), the
-aggregation as CSR x dense; backward with the transposed CSR. The scores are
-one batched ``sampled_addmm`` over the heads; the aggregation is one CSR x
-dense matmul per head, because PyTorch's CPU sparse kernels have no batched
-CSR x dense product (checked on 2.13).
+sampled dense-dense matmul (``torch.sparse.sampled_addmm``, one batched call
+over the heads; a graph with duplicate edges scores its distinct pairs and
+copies each score to its duplicates), the softmax over the CSR segments
+(:func:`~graphattn.ops.softmax.segment_softmax`), the aggregation as one CSR x
+dense matmul for all heads: PyTorch's CPU sparse kernels have no batched CSR x
+dense product (checked on 2.13), so the H per-head matrices are laid out as one
+block-diagonal CSR ``(H L, H S)`` against the head-major ``(H S, D)`` features.
+Backward with the transposed CSR. Measured on N = 10k, 10 keys per query, H = 8
+(``benchmarks/train.py``): per-head products and gathered (E, H, D) chunks spent
+most of their time copying strided head slices; these calls do not.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from graphattn.ops import structure
 from graphattn.ops.shared import apply_keep, bias_grad, draw_keep
 from graphattn.ops.softmax import segment_softmax, segment_softmax_backward
 from graphattn.ops.structure import _Graph
@@ -32,34 +35,34 @@ def _csr(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, ...]) -> Te
 def sddmm(graph: _Graph, a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     """``out[h, e] = alpha * a[i_e, h] · b[j_e, h]`` on the sorted edges; a (L, H, D), b (S, H, D) -> (H, E).
 
-    One batched sampled dense-dense matmul over the heads, on strided views.
+    One batched sampled dense-dense matmul over the heads, on strided views;
+    with duplicate edges on the distinct (i, j) pairs, then copied to every duplicate.
     """
     H, E = a.size(1), graph.E
     if E == 0:
         return a.new_empty(H, 0)  # (H, E)
-    if graph.has_duplicates:  # sampled_addmm wants each (i, j) once: bounded chunks of gathered rows instead
-        out = a.new_empty(H, E)  # (H, E)
-        step = max(1, structure.TILE_FLOATS // max(1, H * a.size(2)))
-        for e0 in range(0, E, step):
-            dst, src = graph.dst[e0:e0 + step], graph.src[e0:e0 + step]
-            prod = torch.einsum("ehd,ehd->he", a.index_select(0, dst), b.index_select(0, src))  # (H, chunk)
-            out[:, e0:e0 + step] = prod.mul_(alpha)
-        return out
-    pattern = _csr(graph.crow.expand(H, -1), graph.src.expand(H, -1), a.new_zeros(()).expand(H, E),
+    crow, col, inverse = graph.distinct()  # sampled_addmm wants each (i, j) once
+    pattern = _csr(crow.expand(H, -1), col.expand(H, -1), a.new_zeros(()).expand(H, col.numel()),
                    (H, graph.L, graph.S))  # one sparsity for every head; zero values: beta * NaN cannot arise
-    return torch.sparse.sampled_addmm(pattern, a.transpose(0, 1), b.permute(1, 2, 0), beta=0.0,
-                                      alpha=alpha).values()  # (H, L, D) @ (H, D, S) sampled -> (H, E)
+    out = torch.sparse.sampled_addmm(pattern, a.transpose(0, 1), b.permute(1, 2, 0), beta=0.0,
+                                     alpha=alpha).values()  # (H, L, D) @ (H, D, S) sampled -> (H, U)
+    return out if inverse is None else out.index_select(1, inverse)  # (H, E)
 
 
-def spmm(crow: Tensor, col: Tensor, values: Tensor, dense: Tensor, num_rows: int) -> Tensor:
-    """``out[:, h] = A_h @ dense[:, h]``, ``A_h`` the CSR (num_rows, n) holding ``values[h]``; dense (n, H, d)."""
+def spmm(blocks: tuple[Tensor, Tensor], values: Tensor, dense: Tensor, num_rows: int) -> Tensor:
+    """``out[:, h] = A_h @ dense[:, h]``, ``A_h`` the CSR (num_rows, n) holding ``values[h]``; dense (n, H, d).
+
+    One product of the block-diagonal CSR ``(H rows, H n)`` (``blocks`` from
+    :meth:`~graphattn.ops.structure._Graph.head_blocks`, block h = ``A_h``) with
+    the head-major ``(H n, d)`` features; returns a (rows, H, d) view of the
+    head-major result.
+    """
     n, H, d = dense.shape
-    out = dense.new_empty(num_rows, H, d)  # (rows, H, d)
-    if values.size(1) == 0:
-        return out.zero_()
-    for h in range(H):
-        out[:, h] = _csr(crow, col, values[h], (num_rows, n)) @ dense[:, h]  # (rows, n) @ (n, d) -> (rows, d)
-    return out
+    if values.size(1) == 0 or num_rows == 0 or n == 0:
+        return dense.new_zeros(num_rows, H, d)  # (rows, H, d)
+    block = _csr(*blocks, values.reshape(-1), (H * num_rows, H * n))  # (H rows, H n), values (H, E) flat
+    out = block @ dense.transpose(0, 1).reshape(H * n, d)  # (H rows, H n) @ (H n, d) -> (H rows, d)
+    return out.view(H, num_rows, d).transpose(0, 1)  # (rows, H, d)
 
 
 def csr_backward(graph: _Graph, q, k, v, alpha, keep, p, grad_out, grad_alpha, scale, q_scaled=False):
@@ -76,12 +79,14 @@ def csr_backward(graph: _Graph, q, k, v, alpha, keep, p, grad_out, grad_alpha, s
         g = g + grad_alpha
     g = apply_keep(g, keep, p)  # (H, E) dL/d alpha
     ds = segment_softmax_backward(g, alpha, graph.dst, graph.L, degree=graph.uniform_degree)  # (H, E)
-    dq = spmm(graph.crow, graph.src, ds, k, graph.L).mul_(scale)  # (L, H, D)
-    perm_t, crow_t, col_t = graph.transposed()
-    dk = spmm(crow_t, col_t, ds[:, perm_t], q, graph.S)  # (S, H, D)
+    H = q.size(1)
+    dq = spmm(graph.head_blocks(H), ds, k, graph.L).mul_(scale)  # (L, H, D)
+    perm_t = graph.transposed()[0]
+    blocks_t = graph.head_blocks(H, transposed=True)
+    dk = spmm(blocks_t, ds.index_select(1, perm_t), q, graph.S)  # (S, H, D)
     if not q_scaled:
         dk.mul_(scale)
-    dv = spmm(crow_t, col_t, apply_keep(alpha, keep, p)[:, perm_t], grad_out, graph.S)  # (S, H, D_v)
+    dv = spmm(blocks_t, apply_keep(alpha, keep, p).index_select(1, perm_t), grad_out, graph.S)  # (S, H, D_v)
     return dq, dk, dv, ds
 
 
@@ -97,7 +102,7 @@ class CSRAttention(torch.autograd.Function):
         alpha = segment_softmax(score, graph.dst, graph.L, dim=1, degree=graph.uniform_degree)  # (H, E)
         keep = draw_keep(alpha, p) if p > 0.0 else None  # (H, E)
         alpha_d = apply_keep(alpha, keep, p)  # (H, E)
-        out = spmm(graph.crow, graph.src, alpha_d, value, graph.L)  # (L, H, D_v)
+        out = spmm(graph.head_blocks(value.size(1)), alpha_d, value, graph.L)  # (L, H, D_v)
         ctx.save_for_backward(query, key, value, alpha, keep)
         ctx.graph, ctx.scale, ctx.p, ctx.bias_heads = graph, scale, p, None if bias is None else bias.size(1)
         return out, alpha_d  # (L, H, D_v), (H, E)

@@ -20,6 +20,7 @@ from graphattn.validate import check_int, message
 BLOCK = 64  # tile size of the "block" kernel (queries and keys)
 MIN_FILL = 0.25  # "block" when edges fill at least this fraction of the padded tiles
 TILE_FLOATS = 1 << 19  # scores per head and chunk in the block kernel (2 MiB in float32: about the L2 cache)
+HEAD_BLOCK_ENTRIES = 1 << 24  # graphs with H E up to this keep their block-diagonal CSR indices (128 MiB)
 CACHE_SIZE = 8  # default number of graphs the structure cache keeps (see set_cache_size)
 
 _LOCK = threading.RLock()  # guards _CACHE, _cache_size and every graph's lazily built parts
@@ -44,8 +45,8 @@ class _Graph:
         k = self.E // L if L else 0
         self.uniform_degree = k if L and k * L == self.E and bool((self.deg == k).all()) else None
         self._edge_set = self._find_edge_set()
-        self._transposed = None
-        self._tiles = {}
+        self._transposed = self._distinct = None
+        self._tiles, self._head_blocks = {}, {}
 
     def unsort(self, x: Tensor) -> Tensor:
         """Per-edge rows from sorted order back to the caller's order."""
@@ -80,6 +81,44 @@ class _Graph:
                 crow_t = F.pad(torch.bincount(self.src, minlength=self.S).cumsum(0), (1, 0))  # (S + 1,)
                 self._transposed = (perm_t, crow_t, self.dst[perm_t])
             return self._transposed
+
+    def distinct(self) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The distinct (i, j) pairs as CSR: ``(crow (L + 1,), col (U,), inverse (E,) or None)``.
+
+        ``inverse[e]`` is edge e's pair; None (and the edges themselves) without duplicates.
+        """
+        if not self.has_duplicates:
+            return self.crow, self.src, None
+        with _LOCK:
+            if self._distinct is None:
+                key, inverse = torch.unique_consecutive(self.dst * self.S + self.src,
+                                                        return_inverse=True)  # (U,), (E,) sorted keys
+                crow = F.pad(torch.bincount(key // self.S, minlength=self.L).cumsum(0), (1, 0))  # (L + 1,)
+                self._distinct = (crow, key % self.S, inverse)
+            return self._distinct
+
+    def head_blocks(self, heads: int, transposed: bool = False) -> tuple[Tensor, Tensor]:
+        """The H per-head CSR matrices as one block-diagonal CSR: ``(crow (H R + 1,), col (H E,))``.
+
+        Block h holds the graph's (``transposed``: the transpose's) CSR in rows
+        ``h R ... (h + 1) R - 1`` and columns ``h C ...``, R x C = L x S (S x L
+        transposed). Kept for the last ``heads`` asked while ``heads * E`` is at
+        most ``HEAD_BLOCK_ENTRIES`` (then built per call: O(E H) indices).
+        """
+        crow, col = (self.transposed()[1:] if transposed else (self.crow, self.src))
+        n = self.L if transposed else self.S
+        key = (heads, transposed)
+        with _LOCK:
+            if key in self._head_blocks:
+                return self._head_blocks[key]
+        offsets = torch.arange(heads, device=col.device).unsqueeze(1)  # (H, 1)
+        crow_h = torch.cat([(crow[:-1] + offsets * self.E).reshape(-1), crow[-1:] + (heads - 1) * self.E])  # (H R + 1,)
+        col_h = (col + offsets * n).reshape(-1)  # (H E,) column j of block h is h n + j
+        if heads * self.E <= HEAD_BLOCK_ENTRIES:
+            with _LOCK:
+                self._head_blocks = {k: v for k, v in self._head_blocks.items() if k[0] == heads}
+                self._head_blocks[key] = (crow_h, col_h)
+        return crow_h, col_h
 
     def tiles(self, block: int = BLOCK, min_fill: float = MIN_FILL):
         """Tile layout for the block kernel, or None when it does not pay (see :class:`_Tiles`)."""
