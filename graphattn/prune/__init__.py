@@ -14,12 +14,13 @@ The experiment, a module per concept:
 - :mod:`graphattn.prune.accounting`: per-layer accounting of a run (the sparsity callable and observer);
 - :mod:`graphattn.prune.run`: :func:`run_experiment`, built on the Hugging
   Face bridge's sparsity hook (:func:`graphattn.interop.hf.sparsity`);
-- :mod:`graphattn.prune.report`: the self-check, the table, the figure and the files.
+- :mod:`graphattn.prune.report`: the self-check, the table, the figure and the files;
+- :mod:`graphattn.prune.sweep`: the specs of ``--sweep`` (budget curves, global and layer ablations).
 
 Nothing heavy (transformers, pandas, matplotlib) is imported until a function needs it.
 """
 
-from graphattn.prune import corpus, keep, metrics, models, specs, tasks
+from graphattn.prune import corpus, keep, metrics, models, specs, sweep, tasks
 from graphattn.prune.corpus import DEFAULT_LIMIT
 from graphattn.prune.models import load_model
 from graphattn.prune.report import (SELF_CHECK_TOL, TABLE_COLUMNS, format_table, self_check,
@@ -28,6 +29,6 @@ from graphattn.prune.run import Results, run_experiment
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, Spec, as_spec, parse_spec
 from graphattn.prune.tasks import Task, make_task
 
-__all__ = ["corpus", "keep", "metrics", "models", "specs", "tasks", "run_experiment", "Results", "load_model",
+__all__ = ["corpus", "keep", "metrics", "models", "specs", "sweep", "tasks", "run_experiment", "Results", "load_model",
            "self_check", "format_table", "write_outputs", "parse_spec", "as_spec", "Spec", "Task", "make_task",
            "SPEC_HELP", "DEFAULT_PATTERNS", "DEFAULT_LIMIT", "SELF_CHECK_TOL", "TABLE_COLUMNS"]

@@ -62,6 +62,7 @@ class Spec:
     layers: frozenset | None = None  # layers (from 0) the spec prunes; None: every layer
     heads: frozenset | None = None  # heads it prunes; None: every head
     budget: Callable[[Tensor, Tensor], Tensor] | None = field(default=None, repr=False)  # keys per query (top-k)
+    draw: Callable[[int, int, int], Tensor] | None = field(default=None, repr=False)  # (n, layer, head) -> (n, n)
 
     @classmethod
     def budgeted(cls, text: str, name: str, family: str, budget, **kw) -> "Spec":
@@ -84,7 +85,7 @@ class Spec:
     @property
     def data_dependent(self) -> bool:
         """Whether the kept edges depend on the data (top-k, threshold, oracle): then they are not a saving."""
-        return self.pattern is None and self.mask_fn is None
+        return self.pattern is None and self.mask_fn is None and self.draw is None
 
     def applies(self, layer: int) -> bool:
         """Whether the spec prunes ``layer`` (dense elsewhere)."""
@@ -112,13 +113,13 @@ class Spec:
             return self.pattern  # placed by the bridge on each sequence's tokens (cached for the forward)
         weights = dense_weights(query, key, valid) if self.data_dependent else None  # (B, H, L, S)
         shape = (*valid.shape[:1], query.shape[1], *valid.shape[2:])  # (B, H, L, S)
-        return self.keep(weights if weights is not None else valid.expand(shape), valid)
+        return self.keep(weights if weights is not None else valid.expand(shape), valid, layer)
 
     def keep_in(self, layer: int, weights: Tensor, valid: Tensor) -> Tensor:
         """:meth:`keep` in ``layer``: every edge of ``valid`` where the spec does not apply."""
-        return self.keep(weights, valid) if self.applies(layer) else valid
+        return self.keep(weights, valid, layer) if self.applies(layer) else valid
 
-    def keep(self, weights: Tensor, valid: Tensor | None = None) -> Tensor:
+    def keep(self, weights: Tensor, valid: Tensor | None = None, layer: int = 0) -> Tensor:
         """Kept edges of one layer, for every head, inside the model's own graph.
 
         Parameters
@@ -130,6 +131,8 @@ class Spec:
             ``weights``; a sequence's tokens are those some query reads, and a
             fixed pattern is laid over them in order (so left and right padding
             agree). Default: every edge.
+        layer : int, default 0
+            Which layer's draw a per-head random spec uses (``random:16,per=head``).
 
         Returns
         -------
@@ -139,7 +142,10 @@ class Spec:
         """
         if valid is None:
             valid = torch.ones(weights.shape[-2:], dtype=torch.bool, device=weights.device)  # (L, L)
-        keep = self._placed(valid) if not self.data_dependent else self._select(weights, valid) & valid
+        if self.draw is not None:
+            keep = self._drawn(valid, layer, weights.shape[-3])  # (B, H, L, S)
+        else:
+            keep = self._placed(valid) if not self.data_dependent else self._select(weights, valid) & valid
         if self.heads is None:
             return keep
         chosen = torch.tensor([h in self.heads for h in range(weights.shape[-3])], device=keep.device)  # (H,)
@@ -154,3 +160,18 @@ class Spec:
             where = tokens.nonzero().squeeze(1)  # (n,): positions of the n tokens
             sequence[where.unsqueeze(1), where] = self.pattern_mask(where.numel()).to(valid.device)  # (n, n)
         return out.view(valid.shape) & valid  # (..., L, L)
+
+    def _drawn(self, valid: Tensor, layer: int, heads: int) -> Tensor:
+        """A draw per head of ``layer`` on each sequence's own tokens: ``valid (B, 1, L, S)`` -> (B, H, L, S)."""
+        present = valid.any(-2).reshape(-1, valid.shape[-1])  # (B, L): tokens that exist
+        out = torch.zeros(present.shape[0], heads, valid.shape[-2], valid.shape[-1], dtype=torch.bool,
+                          device=valid.device)  # (B, H, L, S)
+        for sequence, tokens in zip(out, present):
+            where = tokens.nonzero().squeeze(1)  # (n,): positions of the n tokens
+            n = where.numel()
+            for h in range(heads):
+                if (n, layer, h) not in self._masks:
+                    self._masks[(n, layer, h)] = self.draw(n, layer, h)  # (n, n)
+                sequence[h, where.unsqueeze(1), where] = self._masks[(n, layer, h)].to(valid.device)
+        return out & valid  # (B, H, L, S)
+

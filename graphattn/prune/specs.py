@@ -34,7 +34,7 @@ strided:16                          Sparse Transformer strided (causal, as in th
 fixed:block=16,summary=2            Sparse Transformer fixed (causal, as in the paper)
 bigbird:block=16[,window=3,global=2,random=2,seed=0]
                                     BigBird blocks (window, global, random counted in blocks)
-random:32[,seed=0]                  32 random keys per query
+random:32[,seed=0][,per=head]       32 random keys per query; per=head draws anew for every layer and head
 global:0                            global tokens (all read them, they read all); several: global:0+5;
                                     by role: global:cls, global:sep (each sequence's last token),
                                     global:cls+sep, global:first4
@@ -51,9 +51,14 @@ def _value(family: str, key: str, text: str, kind):
             return int(text)
         if kind is float:
             return float(text)
+        if kind is str:
+            if text not in ("model", "head"):
+                raise ValueError(text)
+            return text
         return [i for t in text.split("+") for i in _role(t.strip().lower())]  # index list: 0+5, cls+sep
     except ValueError:
-        what = {int: "an int", float: "a number"}.get(kind, "indices or roles like 0, 0+5, cls, sep, cls+sep, first4")
+        what = {int: "an int", float: "a number", str: "model or head"}.get(
+            kind, "indices or roles like 0, 0+5, cls, sep, cls+sep, first4")
         raise ValueError(f"Expected '{key}' of spec '{family}' to be {what} (got {text!r})") from None
 
 
@@ -96,11 +101,22 @@ _FAMILIES = {
     "bigbird": ((("block", int), ("window", int), ("global", int), ("random", int), ("seed", int)),
                 lambda block, **kw: patterns.bigbird(block, kw.get("window", 3), kw.get("global", 2),
                                                      kw.get("random", 2), kw.get("seed", 0))),
-    "random": ((("k", int), ("seed", int)), lambda k, seed=0: patterns.random(k, seed)),
+    "random": ((("k", int), ("seed", int), ("per", str)), lambda k, seed=0, per="model": patterns.random(k, seed)),
     "global": ((("indices", list),), _global),
     "topk": ((("k", int),), None),
     "threshold": ((("tau", float),), None),
 }
+
+
+def _per_head(k: int, seed: int):
+    """BigBird-style random keys, drawn anew for every (layer, head).
+
+    The draw of (layer, head) is ``patterns.random(k, seed * 1_000_003 + 1009 * layer + head)``.
+    """
+    def draw(n: int, layer: int, head: int) -> Tensor:
+        return patterns.random(k, seed=seed * 1_000_003 + 1009 * layer + head).mask(n)  # (n, n)
+
+    return draw
 
 
 def _bad(text: str, why: str) -> ValueError:
@@ -142,6 +158,9 @@ def _atom(text: str) -> Spec:
             k = check_int("k", kwargs["k"], low=1)
             # min(k, valid keys) per query: padding rows keep 0, so no tie among their equal weights
             return Spec.budgeted(text, f"topk_{k}", "topk", lambda w, valid: valid.sum(-1).clamp(max=k))
+        elif family == "random" and kwargs.get("per") == "head":
+            k, seed = check_int("k", kwargs["k"], low=1), kwargs.get("seed", 0)
+            return Spec(text, f"random_{k}_s{seed}_per_head", family, None, draw=_per_head(k, seed))
         elif family == "threshold":
             tau = kwargs["tau"]
             if not 0.0 <= tau <= 1.0:
@@ -167,6 +186,15 @@ def _combine(text: str, op: str, parts: list[Spec]) -> Spec:
             pat = (pat | p.pattern) if op == "|" else (pat & p.pattern)
         return Spec(text, pat.name, family, pat)
     reduce = torch.logical_or if op == "|" else torch.logical_and
+    if not any(p.data_dependent for p in parts) and any(p.draw is not None for p in parts):  # per-head draws
+
+        def draw(n: int, layer: int, head: int) -> Tensor:
+            out = [p.draw(n, layer, head) if p.draw is not None else p.pattern_mask(n) for p in parts]  # (n, n)
+            for m in out[1:]:
+                out[0] = reduce(out[0], m)
+            return out[0]
+
+        return Spec(text, op.join(p.name for p in parts), family, None, draw=draw)
     if not any(p.data_dependent for p in parts):  # fixed parts, one a pattern function: still fixed
 
         def mask(n: int) -> Tensor:
@@ -199,6 +227,14 @@ def _indices(text: str, what: str) -> frozenset:
             raise _bad(text, f"expected {what} as a range low-high with 0 <= low <= high")
         out.update(range(lo, hi + 1))
     return frozenset(out)
+
+
+def _span(indices: frozenset) -> str:
+    """{3, 4, 5} -> ``3-5``; {0, 5} -> ``0+5``; {2} -> ``2``."""
+    lo, hi = min(indices), max(indices)
+    if len(indices) > 1 and indices == frozenset(range(lo, hi + 1)):
+        return f"{lo}-{hi}"
+    return "+".join(map(str, sorted(indices)))
 
 
 def as_spec(item, name: str | None = None) -> Spec:
@@ -268,8 +304,8 @@ def parse_spec(text: str) -> Spec:
                 raise _bad(text, f"expected @layers=... or @heads=... (got @{scope})")
             setattr(spec, key.strip(), _indices(val.strip(), key.strip()))
         spec.text = text
-        suffix = "".join(f"@{k}={'+'.join(map(str, sorted(getattr(spec, k))))}" for k in ("layers", "heads")
-                         if getattr(spec, k) is not None)
+        scopes = [k for k in ("layers", "heads") if getattr(spec, k) is not None]
+        suffix = "".join(f"@{k}={_span(getattr(spec, k))}" for k in scopes)
         spec.name += suffix
         return spec
     if "|" in text:
