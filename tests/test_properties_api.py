@@ -113,10 +113,8 @@ def test_cosine_similarity_is_the_numpy_row_cosine(n, f, seed, exponent, dtype):
     assert_close(got, torch.tensor(expected, dtype=dtype))
 
 
-@pytest.mark.xfail(strict=True, reason="torch's cosine_similarity clamps each norm at eps = 1e-8: rows of scale "
-                                       "1e-30 get ~1e-44 instead of 1 (a fix in the computation, prune/metrics.py "
-                                       "is helper G's; rescaling each row by its max-abs first is exact)")
 def test_cosine_similarity_of_tiny_parallel_rows_is_one():
+    """Known answer: parallel rows have cosine 1 at any scale (torch alone clamps norms at 1e-8)."""
     a = torch.full((1, 2), 1e-30)
     assert_close(metrics.cosine_similarity(a, 2 * a), torch.ones(1))
 
@@ -431,21 +429,15 @@ def test_attention_conv_without_projections_is_the_functional_core(inputs, impl)
     assert_close(out, expected.reshape(L, H * D))
 
 
-# ------------------------------------------------------- known gaps in other areas (strict xfail)
-@pytest.mark.xfail(strict=True, raises=(KeyError, AssertionError),
-                   reason="viz (helper E's): an unknown cmap reaches matplotlib's KeyError")
+# ------------------------------------------------------- viz entry checks
 def test_attention_heatmap_refuses_an_unknown_cmap_naming_it():
     raises_naming(ValueError, "cmap", lambda: viz.attention_heatmap(torch.ones(2, 2), cmap="nope",
                                                                    ax=Figure().add_subplot()))
 
 
-@pytest.mark.xfail(strict=True, raises=(TypeError, AssertionError),
-                   reason="viz (helper E's): head_grid(query='1') compares int and str inside")
 def test_head_grid_refuses_a_non_int_query_naming_it():
     raises_naming(TypeError, "query", lambda: viz.head_grid(torch.ones(1, 2, 3, 3), query="1", fig=Figure()))
 
 
-@pytest.mark.xfail(strict=True, raises=(ValueError, AssertionError),
-                   reason="viz (helper E's): zero layers reach matplotlib's gridspec ('Number of rows must be...')")
 def test_head_grid_refuses_zero_layers_naming_weights():
     raises_naming(ValueError, "weights", lambda: viz.head_grid(torch.ones(0, 2, 3, 3), fig=Figure()))

@@ -182,7 +182,10 @@ def cosine_similarity(a: Tensor, b: Tensor) -> Tensor:
         _check_values(name, t, "floats")
         check_tensor(name, t, dim=2, shape_text="(N, F)")
     _check_pair(a, b, ("a", "b"))
-    return torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1).to(a.dtype)  # (N,)
+    # rows scaled by their largest |entry| first (cosine is scale-free): torch clamps each norm at 1e-8,
+    # which would turn rows of scale 1e-30 into a cosine of ~1e-44
+    a64, b64 = (t.double() / t.double().abs().amax(dim=-1, keepdim=True).clamp(min=1e-300) for t in (a, b))  # (N, F)
+    return torch.nn.functional.cosine_similarity(a64, b64, dim=-1).to(a.dtype)  # (N,)
 
 
 def retrieval_fidelity(reference: Tensor, embeddings: Tensor, tie_tol: float = 1e-6) -> tuple[float, float]:

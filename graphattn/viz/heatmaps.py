@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from graphattn.validate import as_int, message
 from graphattn.viz._common import (KEY_LABEL, QUERY_LABEL, as_numpy, check_labels, color_range,
                                    get_ax, set_ticks, write_values)
 
@@ -114,7 +115,7 @@ def attention_heatmap(
 
     ax = get_ax(ax)
     # masked (non-edge) cells transparent: the hatched grey patch below shows through
-    colormap = mpl.colormaps[cmap].with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
+    colormap = _colormap(cmap).with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
     image = ax.imshow(data, cmap=colormap, vmin=low, vmax=high, origin="upper", aspect="auto",
                       interpolation="nearest")
     if np.ma.getmaskarray(data).any():
@@ -131,6 +132,17 @@ def attention_heatmap(
     if colorbar:
         ax.figure.colorbar(image, ax=ax, label=label)
     return image
+
+
+def _colormap(cmap):
+    """matplotlib's colormap named ``cmap`` (or ``cmap`` itself), ValueError naming it otherwise."""
+    import matplotlib as mpl
+
+    if not isinstance(cmap, str):
+        return cmap
+    if cmap not in mpl.colormaps:
+        raise ValueError(message("cmap", "a matplotlib colormap name such as 'viridis'", cmap))
+    return mpl.colormaps[cmap]
 
 
 def _grid_panel(ax, image_data, cmap, low, high, xlabels, ylabels, n_x, n_y):
@@ -199,6 +211,11 @@ def head_grid(
 
     w = as_numpy(weights, "weights", ndim=4)
     num_layers, heads, num_q, num_k = w.shape
+    if 0 in w.shape:
+        raise ValueError(message("weights", "a non-empty (layers, H, L, S) array", f"shape {w.shape}"))
+    if query is not None and as_int(query) is None:
+        raise TypeError(message("query", "an int (the query position) or None", query))
+    _colormap(cmap)
     cols = check_labels(tokens, num_k, "tokens")
     # labels only while they fit: 6-point labels need about 0.1 inch each; a grid panel is 1.3 inches
     cols = cols if cols is not None and num_k <= (max_labels if query is not None else min(max_labels, 12)) else None
