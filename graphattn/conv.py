@@ -14,6 +14,8 @@ from torch_geometric.nn import MessagePassing
 
 from graphattn import ops
 from graphattn.routing import attend, resolve, use_propagate
+from graphattn.validate import (as_int, check_bool, check_choice, check_fits_memory, check_int, check_not_jit,
+                                check_probability, message)
 
 __all__ = ["AttentionConv"]
 
@@ -21,13 +23,13 @@ __all__ = ["AttentionConv"]
 def _feature_sizes(in_channels) -> tuple[int, int, int]:
     """``in_channels`` as ``(F_k, F_v, F_q)`` from ``F``, ``(F_kv, F_q)`` or ``(F_k, F_v, F_q)``."""
     sizes = None
-    if isinstance(in_channels, int) and not isinstance(in_channels, bool):
-        sizes = (in_channels,) * 3
+    if as_int(in_channels) is not None:
+        sizes = (as_int(in_channels),) * 3
     elif isinstance(in_channels, (tuple, list)) and len(in_channels) == 2:
-        sizes = (in_channels[0], in_channels[0], in_channels[1])
+        sizes = tuple(as_int(in_channels[i]) for i in (0, 0, 1))
     elif isinstance(in_channels, (tuple, list)) and len(in_channels) == 3:
-        sizes = tuple(in_channels)
-    if sizes is None or not all(isinstance(f, int) and not isinstance(f, bool) for f in sizes):
+        sizes = tuple(as_int(f) for f in in_channels)
+    if sizes is None or None in sizes:
         raise TypeError(
             f"Expected 'in_channels' to be an int, a pair (F_kv, F_q) or a triple (F_k, F_v, F_q) (got {in_channels!r})"
         )
@@ -90,10 +92,16 @@ class AttentionConv(MessagePassing):
     Raises
     ------
     ValueError
-        ``heads`` not dividing ``out_channels``, non-positive sizes, an ``aggr``
+        ``heads`` not dividing ``out_channels``, non-positive sizes or sizes whose
+        weights do not fit in memory, ``dropout`` outside [0, 1), an ``aggr``
         or ``flow`` other than the defaults, or features of the wrong size.
     TypeError
-        Features that are not floating point or not of the layer's dtype.
+        Arguments of the wrong type (``dropout="0.1"``, ``heads=2.0``, ``bias="no"``);
+        features that are not floating point or not of the layer's dtype; an
+        ``edge_bias`` of another dtype than the features (on both paths).
+    NotImplementedError
+        Under ``torch.jit.trace`` or ``torch.jit.script`` (use ``torch.compile``
+        or ``torch.export``, which trace the ``propagate`` path).
 
     References
     ----------
@@ -117,16 +125,17 @@ class AttentionConv(MessagePassing):
                 raise ValueError(f"Expected '{name}' to be {default!r} for attention (got {kwargs[name]!r})")
         super().__init__(node_dim=0, **kwargs)
         f_k, f_v, f_q = _feature_sizes(in_channels)
-        if not isinstance(out_channels, int) or isinstance(out_channels, bool) or out_channels < 1:
-            raise ValueError(f"Expected 'out_channels' to be a positive int (got {out_channels!r})")
-        if not isinstance(heads, int) or heads < 1 or out_channels % heads != 0:
-            raise ValueError(
-                f"Expected 'heads' to be a positive int dividing out_channels = {out_channels} (got heads={heads})"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"Expected 'dropout' to be in [0, 1) (got {dropout})")
-        if impl not in ("auto", "message_passing"):
-            raise ValueError(f"Expected 'impl' to be 'auto' or 'message_passing' (got {impl!r})")
+        out_channels = check_int("out_channels", out_channels, low=1)
+        heads = check_int("heads", heads, low=1)
+        if out_channels % heads != 0:
+            raise ValueError(message("heads", f"a positive int dividing out_channels = {out_channels}", heads))
+        dropout = check_probability("dropout", dropout)
+        bias = check_bool("bias", bias)
+        output_projection = check_bool("output_projection", output_projection)
+        impl = check_choice("impl", impl, ("auto", "message_passing"))
+        largest = "out_channels" if out_channels >= max(f_k, f_v, f_q) else "in_channels"
+        check_fits_memory(largest, {"out_channels": out_channels, "in_channels": in_channels}[largest],
+                          out_channels * (f_k + f_v + f_q + out_channels), torch.get_default_dtype().itemsize)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.heads = heads
@@ -210,6 +219,8 @@ class AttentionConv(MessagePassing):
         out : Tensor, shape (L, F_out)
         (edge_index, alpha) : (Tensor (2, E), Tensor (E, H)), only if requested.
         """
+        check_not_jit(self, "trace")
+        check_bool("return_attention_weights", return_attention_weights)
         query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
         slow = use_propagate(self, edge_index, batch)
         edge_index, graph, _ = resolve(edge_index, size, batch, key.size(0), query.size(0),
@@ -233,7 +244,7 @@ class AttentionConv(MessagePassing):
         if not torch.compiler.is_compiling():  # reads indices on the host: a graph break
             check_edge_index(edge_index, key.size(0), query.size(0))
         size = (key.size(0), query.size(0))  # (S, L), PyG order
-        edge_bias = ops.check_edge_bias(edge_bias, edge_index.size(1), self.heads)
+        edge_bias = ops.check_edge_bias(edge_bias, edge_index.size(1), self.heads, dtype=query.dtype)  # as the fast path
         alpha = self.edge_updater(edge_index, query=query, key=key, edge_bias=edge_bias, size=size)  # (E, H)
         out = self.propagate(edge_index, value=value, alpha=alpha, size=size)  # (L, H, D)
         return out, alpha
@@ -251,6 +262,9 @@ class AttentionConv(MessagePassing):
     def message(self, value_j: Tensor, alpha: Tensor) -> Tensor:
         # 6) combine: each edge carries its value weighted by alpha; "add" sums them at i
         return alpha.unsqueeze(-1) * value_j  # (E, H, 1) * (E, H, D) -> (E, H, D)
+
+    def __prepare_scriptable__(self):
+        check_not_jit(self, "script")  # torch.jit.script calls this first: one clear refusal
 
     def __repr__(self) -> str:
         extra = "" if self.dropout == 0.0 else f", dropout={self.dropout}"

@@ -13,7 +13,8 @@ from torch_geometric.nn.dense.linear import Linear
 from graphattn import ops
 from graphattn.routing import attend, resolve, use_propagate
 from graphattn.graphs import check_edge_index
-from graphattn.validate import check_bool, check_choice, check_int, check_probability, check_tensor, message
+from graphattn.validate import (check_bool, check_choice, check_fits_memory, check_int, check_not_jit,
+                                check_probability, check_tensor, message)
 
 __all__ = ["TransformerConv"]
 
@@ -90,7 +91,11 @@ class TransformerConv(MessagePassing):
         Non-positive sizes, a ``dropout`` outside [0, 1), an ``aggr``/``flow``
         other than the defaults, features or ``edge_attr`` of the wrong shape.
     TypeError
-        Wrong argument types (``return_attention_weights`` must be a bool).
+        Wrong argument types (``return_attention_weights`` must be a bool,
+        ``dropout`` a float, ``bias`` a bool); features not of the layer's dtype.
+    NotImplementedError
+        Under ``torch.jit.trace`` or ``torch.jit.script`` (use ``torch.compile``
+        or ``torch.export``, which trace the ``propagate`` path).
 
     Notes
     -----
@@ -137,7 +142,15 @@ class TransformerConv(MessagePassing):
         self.dropout = check_probability("dropout", dropout)
         self.edge_dim = None if edge_dim is None else check_int("edge_dim", edge_dim, low=1)
         self.impl = check_choice("impl", impl, ("auto", "message_passing"))
+        bias = check_bool("bias", bias)
         width = heads * out_channels
+        sizes = {"in_channels": max(f_src, f_dst, 1), "out_channels": out_channels, "heads": heads,
+                 "edge_dim": edge_dim or 0}
+        largest = max(sizes, key=sizes.get)
+        check_fits_memory(largest, {"in_channels": in_channels, "out_channels": out_channels, "heads": heads,
+                                    "edge_dim": edge_dim}[largest],
+                          width * (2 * max(f_src, 1) + 2 * max(f_dst, 1) + (edge_dim or 0) + 3),
+                          torch.get_default_dtype().itemsize)  # lin_key, lin_value, lin_query, lin_skip, lin_edge
         self.lin_key = Linear(f_src, width, bias=bias)
         self.lin_query = Linear(f_dst, width, bias=bias)
         self.lin_value = Linear(f_src, width, bias=bias)
@@ -185,6 +198,7 @@ class TransformerConv(MessagePassing):
         (edge_index, alpha) : ``alpha (E, H)``, only if requested (the adjacency
             object passed in; a ``SparseTensor`` comes back holding alpha).
         """
+        check_not_jit(self, "trace")
         check_bool("return_attention_weights", return_attention_weights)
         x_src, x_dst = self._features(x)
         S, L = x_src.size(0), x_dst.size(0)
@@ -227,15 +241,20 @@ class TransformerConv(MessagePassing):
                                          "(x_src, None)", "TransformerConv's queries are the targets' features"))
         else:
             raise TypeError(message("x", "a Tensor or a pair (x_src, x_dst)", type(x).__name__))
-        for name, t in (("x_src", x_src), ("x_dst", x_dst)):
+        for name, t, lin in (("x_src", x_src, self.lin_key), ("x_dst", x_dst, self.lin_query)):
             check_tensor(name, t, dim=2, shape_text="(n, F)", floating=True)
+            weight = lin.weight
+            if not isinstance(weight, torch.nn.parameter.UninitializedParameter) and t.dtype != weight.dtype:
+                raise TypeError(message(name, f"of the layer's dtype {weight.dtype}", t.dtype,
+                                        f"convert one of them, e.g. conv.to({t.dtype})"))
         return x_src, x_dst
 
     def _check_edge_attr(self, edge_attr: Tensor | None, edge_index) -> Tensor | None:
         if self.lin_edge is None:
             if edge_attr is not None:
-                raise ValueError(message("edge_attr", "None for a layer built without edge_dim",
-                                         f"shape {tuple(edge_attr.shape)}", "pass edge_dim=F_e"))
+                got = f"shape {tuple(edge_attr.shape)}" if isinstance(edge_attr, Tensor) else type(edge_attr).__name__
+                raise ValueError(message("edge_attr", "None for a layer built without edge_dim", got,
+                                         "pass edge_dim=F_e"))
             return None
         if edge_attr is None:
             raise ValueError(message("edge_attr", f"a Tensor of shape (E, {self.edge_dim}) (edge_dim is set)", None))
@@ -294,6 +313,9 @@ class TransformerConv(MessagePassing):
         if edge_emb is not None:
             value_j = value_j + edge_emb  # (E, H, D)
         return alpha.unsqueeze(-1) * value_j  # (E, H, 1) * (E, H, D) -> (E, H, D)
+
+    def __prepare_scriptable__(self):
+        check_not_jit(self, "script")  # torch.jit.script calls this first: one clear refusal
 
     def __repr__(self) -> str:
         args = [repr(self.in_channels), str(self.out_channels), f"heads={self.heads}"]

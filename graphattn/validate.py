@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["message", "as_int", "check_int", "check_float", "check_probability", "check_tensor",
-           "check_choice", "check_bool", "MAX_INDEX"]
+           "check_choice", "check_bool", "check_fits_memory", "check_not_jit", "MAX_INDEX"]
 
 MAX_INDEX = 2 ** 62  # largest size or index any entry accepts: products of two stay far from int64 overflow
 
@@ -71,9 +71,9 @@ def check_int(name: str, value, low: int | None = 0, high: int | None = MAX_INDE
     what = _range_text(low, high if high != MAX_INDEX else None, "an int")
     number = as_int(value)
     if number is None:
-        raise TypeError(message(name, what, value))
+        raise TypeError(message(name, what, repr(value)))  # repr: a str '2' must not read as the int 2
     if (low is not None and number < low) or (high is not None and number > high):
-        raise ValueError(message(name, what if high != MAX_INDEX else f"{what} <= 2**62", value))
+        raise ValueError(message(name, what if high != MAX_INDEX else f"{what} <= 2**62", repr(value)))
     return number
 
 
@@ -92,13 +92,13 @@ def check_float(name: str, value, low: float | None = None, high: float | None =
         except ImportError:  # pragma: no cover
             ok = False
         if not ok:
-            raise TypeError(message(name, what, value))
+            raise TypeError(message(name, what, repr(value)))
     number = float(value)
     bad = not math.isfinite(number)
     bad |= low is not None and (number <= low if low_open else number < low)
     bad |= high is not None and (number >= high if high_open else number > high)
     if bad:
-        raise ValueError(message(name, what, value))
+        raise ValueError(message(name, what, repr(value)))
     return number
 
 
@@ -110,14 +110,14 @@ def check_probability(name: str, value) -> float:
 def check_bool(name: str, value) -> bool:
     """A plain bool (no three-state flags, no 0/1 ints)."""
     if not isinstance(value, bool):
-        raise TypeError(message(name, "a bool", value))
+        raise TypeError(message(name, "a bool", repr(value)))
     return value
 
 
 def check_choice(name: str, value, choices) -> object:
     """``value`` if it is one of ``choices``, else ``ValueError`` listing them."""
     if value not in choices:
-        raise ValueError(message(name, "one of " + ", ".join(repr(c) for c in choices), value))
+        raise ValueError(message(name, "one of " + ", ".join(repr(c) for c in choices), repr(value)))
     return value
 
 
@@ -137,3 +137,43 @@ def check_tensor(name: str, value, *, dim: int | tuple[int, ...] | None = None, 
     if dtype is not None and value.dtype != dtype:
         raise TypeError(message(name, f"a Tensor of dtype {dtype}", value.dtype))
     return value
+
+
+def _memory_bytes() -> int | None:
+    """The machine's physical memory in bytes, or None where the OS does not say (then nothing is refused)."""
+    try:
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None
+
+
+def check_fits_memory(name: str, value, numel: int, itemsize: int = 4) -> None:
+    """Refuse ``value`` (a size) when the ``numel`` elements it asks for exceed the machine's memory.
+
+    Called before allocating, so that a huge size is one clear ``ValueError``
+    naming the argument instead of an allocator failure deep inside torch.
+
+    Examples
+    --------
+    >>> check_fits_memory("out_channels", 4, numel=16)
+    """
+    limit = _memory_bytes()
+    if limit is not None and numel * itemsize > limit:
+        raise ValueError(message(name, f"small enough to allocate (its {numel} elements take {numel * itemsize} "
+                                       f"bytes; this machine has {limit})", repr(value)))
+
+
+def check_not_jit(module, how: str) -> None:
+    """``NotImplementedError`` for TorchScript (``how`` = ``"trace"`` or ``"script"``), naming what works instead.
+
+    graphattn's layers pick kernels and cache graph structure on the host, which a
+    trace would freeze into constants for the one graph it saw; ``torch.compile``
+    and ``torch.export`` trace their ``propagate`` path instead.
+    """
+    if how == "script" or torch.jit.is_tracing():
+        raise NotImplementedError(
+            f"{type(module).__name__} does not support torch.jit.{how} (it picks kernels and caches graph "
+            "structure in Python, which TorchScript cannot compile or would freeze for one graph); use "
+            "torch.compile(layer) or torch.export.export(layer, args), which trace its propagate path")

@@ -280,7 +280,7 @@ def test_bad_input_raises_a_clear_error(call, exc, match, impl):
 
 
 def test_constructor_errors():
-    with pytest.raises(ValueError, match=r"'heads' to be a positive int dividing out_channels = 10 \(got heads=3\)"):
+    with pytest.raises(ValueError, match=r"'heads' to be a positive int dividing out_channels = 10 \(got 3\)"):
         AttentionConv(4, 10, heads=3)
     with pytest.raises(ValueError, match="dropout"):
         AttentionConv(4, 4, dropout=1.5)
@@ -330,7 +330,7 @@ def test_aggr_and_flow_other_than_attention_are_refused():
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5], ids=["zero", "negative", "float"])
 def test_bad_sizes_are_refused(bad):
-    with pytest.raises(ValueError, match="out_channels"):
+    with pytest.raises(TypeError if isinstance(bad, float) else ValueError, match="out_channels"):
         AttentionConv(4, bad)
     with pytest.raises((TypeError, ValueError), match="in_channels"):
         AttentionConv(bad if bad != 0 else -1, 4)
@@ -364,3 +364,69 @@ def test_pattern_in_place_of_edge_index(impl):
         assert_close(out, ref)
         assert_close(alpha, ref_alpha)
         assert_close(conv(x, pattern), ref)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, name",
+    [
+        (dict(dropout="0.1"), TypeError, "dropout"),
+        (dict(dropout=float("nan")), ValueError, "dropout"),
+        (dict(heads="2"), TypeError, "heads"),
+        (dict(heads=2.0), TypeError, "heads"),
+        (dict(heads=True), TypeError, "heads"),
+        (dict(out_channels="8"), TypeError, "out_channels"),
+        (dict(out_channels=8.0), TypeError, "out_channels"),
+        (dict(bias="no"), TypeError, "bias"),
+        (dict(bias=None), TypeError, "bias"),
+        (dict(output_projection=1), TypeError, "output_projection"),
+        (dict(impl=["auto"]), ValueError, "impl"),
+        (dict(in_channels=(4, "4")), TypeError, "in_channels"),
+        (dict(in_channels=2 ** 40), ValueError, "in_channels"),
+        (dict(out_channels=2 ** 40), ValueError, "out_channels"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_constructor_arguments_of_the_wrong_type_or_size_name_the_argument(kwargs, exc, name):
+    """Refused before torch sees them (no ``'<=' not supported``, no allocator failure for 2**40 channels)."""
+    args = dict(in_channels=4, out_channels=8, heads=2) | kwargs
+    with pytest.raises(exc, match=rf"^Expected '{name}'"):
+        AttentionConv(**args)
+
+
+def test_numpy_ints_and_a_tensor_dropout_are_accepted_as_plain_numbers():
+    import numpy as np
+
+    conv = AttentionConv(np.int64(4), np.int64(8), heads=np.int64(2), dropout=torch.tensor(0.25))
+    assert repr(conv) == "AttentionConv(4, 8, heads=2, dropout=0.25)" and isinstance(conv.dropout, float)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_edge_bias_of_another_dtype_is_refused_on_both_paths(impl):
+    """The message-passing path refuses a float64 bias on float32 features as the fast path does."""
+    conv = AttentionConv(4, 4, heads=2, impl=impl)
+    edge_index = _complete(5)
+    bias = torch.randn(edge_index.size(1), dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"^Expected 'edge_bias' to be of the features' dtype torch.float32"):
+        conv(torch.randn(5, 4), edge_index, edge_bias=bias)
+    same = conv(torch.randn(5, 4), edge_index, edge_bias=bias.float())  # the same bias in float32 works
+    assert same.shape == (5, 4) and torch.isfinite(same).all()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_return_attention_weights_must_be_a_bool_on_both_paths(impl):
+    with pytest.raises(TypeError, match=r"^Expected 'return_attention_weights' to be a bool \(got 1\)"):
+        AttentionConv(4, 4, impl=impl)(torch.randn(3, 4), _complete(3), return_attention_weights=1)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_torchscript_is_refused_and_torch_export_equals_eager(impl):
+    """``torch.jit.trace``/``script`` would freeze one graph's kernel choice: a clear refusal naming the way
+    that works; ``torch.export`` (the suggested one) traces ``propagate`` and equals the eager layer."""
+    conv = AttentionConv(4, 6, heads=3, impl=impl).eval()
+    x, edge_index = torch.randn(5, 4), patterns.causal().edge_index(5)
+    with pytest.raises(NotImplementedError, match=r"torch.jit.trace.*torch.compile.*torch.export"):
+        torch.jit.trace(conv, (x, edge_index))
+    with pytest.raises(NotImplementedError, match=r"torch.jit.script.*torch.compile.*torch.export"):
+        torch.jit.script(conv)
+    exported = torch.export.export(conv, (x, edge_index))
+    assert_close(exported.module()(x, edge_index), conv(x, edge_index))

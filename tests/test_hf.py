@@ -558,3 +558,77 @@ def test_sparsity_observe_sees_each_layers_output_and_weights():
     with pytest.raises(TypeError, match="'observe' to be a callable"):
         with hf.sparsity(graph, ga.patterns.full(), observe=3):
             pass
+
+
+class _NoTokenizer:
+    """Fails if called: the refusals below must come before any tokenizing."""
+
+    def __call__(self, *args, **kwargs):
+        raise AssertionError("tokenized before the arguments were checked")
+
+
+@pytest.mark.parametrize("call", ["sentence_embeddings", "attention_records"])
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(max_length=33), ValueError, r"^Expected 'max_length' to be at most the model's 32 positions"),
+        (dict(max_length=0), ValueError, r"^Expected 'max_length' to be a positive int"),
+        (dict(max_length="64"), TypeError, r"^Expected 'max_length' to be a positive int .*\(got '64'\)"),
+        (dict(batch_size=0), ValueError, r"^Expected 'batch_size' to be a positive int"),
+        (dict(batch_size=2.0), TypeError, r"^Expected 'batch_size' to be a positive int"),
+    ],
+    ids=["max_length_beyond_positions", "max_length_0", "max_length_str", "batch_size_0", "batch_size_float"],
+)
+def test_sizes_the_model_cannot_serve_are_refused_before_tokenizing(call, kwargs, exc, match):
+    """The model has 32 position embeddings: max_length=33 used to fail inside BertEmbeddings with a shape
+    mismatch, batch_size=0 inside range()."""
+    graph, _ = _bert_pair()
+    function = hf.sentence_embeddings if call == "sentence_embeddings" else attention_records
+    with pytest.raises(exc, match=match):
+        function(graph, _NoTokenizer(), ["1 2 3"], **kwargs)
+
+
+def test_bad_texts_models_and_flags_are_refused_naming_them():
+    graph, _ = _bert_pair()
+    for texts in (None, "one text", (t for t in ["a"])):
+        with pytest.raises(TypeError, match=r"^Expected 'texts' to be a list of str"):
+            hf.sentence_embeddings(graph, _NoTokenizer(), texts)
+    with pytest.raises(TypeError, match=r"^Expected 'model' to be a transformers model"):
+        hf.sentence_embeddings(None, _NoTokenizer(), ["a"])
+    with pytest.raises(TypeError, match=r"^Expected 'model' to be a transformers model"):
+        attention_records(None, _NoTokenizer(), "a")
+    for block in (hf.recording(None), hf.sparsity(None, ga.patterns.full())):
+        with pytest.raises(TypeError, match=r"^Expected 'model' to be a transformers model"):
+            with block:
+                pass
+    with pytest.raises(TypeError, match=r"^Expected 'hidden_states' to be a bool \(got 'yes'\)"):
+        attention_records(graph, _NoTokenizer(), "a", hidden_states="yes")
+    with pytest.raises(ValueError, match=r"^Expected 'attn_implementation' to be one of 'graphattn', 'eager'"):
+        hf.load_minilm("nonsense")
+    with pytest.raises(TypeError, match=r"^Expected 'dtype' to be a floating-point torch.dtype"):
+        hf.load_minilm(dtype=torch.int64)
+
+
+def test_default_max_length_is_capped_at_the_models_positions_and_equals_eager():
+    """A 40-token text on a 32-position model: the default truncates to 32 tokens (no error), as eager does."""
+    graph, eager = _bert_pair()
+
+    class Tok:  # ids are their own tokens; truncation as Hugging Face tokenizers do it
+        def __call__(self, texts, max_length, **kwargs):
+            ids = [[int(w) for w in t.split()][:max_length] for t in texts]
+            width = max(len(i) for i in ids)
+            batch = {"input_ids": torch.tensor([i + [0] * (width - len(i)) for i in ids]),
+                     "attention_mask": torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids])}
+
+            class B(dict):
+                def to(self, device):
+                    return self
+            return B(batch)
+
+        def convert_ids_to_tokens(self, ids):
+            return [str(i) for i in ids]
+
+    texts = [" ".join(str(1 + i % 49) for i in range(40)), "5 6 7"]
+    assert_close(hf.sentence_embeddings(graph, Tok(), texts), hf.sentence_embeddings(eager, Tok(), texts))
+    records = attention_records(graph, Tok(), texts)
+    assert [len(r) for r in records] == [32, 3]

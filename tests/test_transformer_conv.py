@@ -218,6 +218,41 @@ def test_refusals():
         ga.TransformerConv(4, 2, aggr="mean")
     with pytest.raises(ValueError, match="'heads'"):
         ga.TransformerConv(4, 2, heads=0)
+    with pytest.raises(ValueError, match=r"^Expected 'edge_attr' to be None .*\(got list\)"):
+        ga.TransformerConv(4, 2)(x, edge_index, [1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, name",
+    [
+        (dict(dropout="0.1"), TypeError, "dropout"),
+        (dict(heads="2"), TypeError, "heads"),
+        (dict(bias="no"), TypeError, "bias"),
+        (dict(concat=1), TypeError, "concat"),
+        (dict(edge_dim="3"), TypeError, "edge_dim"),
+        (dict(impl=None), ValueError, "impl"),
+        (dict(in_channels=(4, 4, 4)), TypeError, "in_channels"),
+        (dict(out_channels=2 ** 40), ValueError, "out_channels"),
+        (dict(heads=2 ** 40), ValueError, "heads"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_constructor_arguments_of_the_wrong_type_or_size_name_the_argument(kwargs, exc, name):
+    args = dict(in_channels=4, out_channels=2, heads=2) | kwargs
+    with pytest.raises(exc, match=rf"^Expected '{name}'"):
+        ga.TransformerConv(**args)
+
+
+@pytest.mark.parametrize("impl", ["auto", "message_passing"])
+def test_features_of_another_dtype_and_torchscript_are_refused_clearly(impl):
+    conv = ga.TransformerConv(4, 2, heads=2, impl=impl)
+    x, edge_index = torch.randn(3, 4), torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(TypeError, match=r"^Expected 'x_src' to be of the layer's dtype torch.float32"):
+        conv(x.double(), edge_index)
+    with pytest.raises(NotImplementedError, match=r"torch.jit.trace.*torch.compile"):
+        torch.jit.trace(conv, (x, edge_index))
+    with pytest.raises(NotImplementedError, match=r"torch.jit.script.*torch.compile"):
+        torch.jit.script(conv)
 
 
 @pytest.mark.parametrize("pattern", [ga.patterns.full(), ga.patterns.causal(), ga.patterns.window(1, 1)],

@@ -1,21 +1,25 @@
-"""``graphattn prune``: the dense-vs-sparse experiment on the packaged MiniLM (:mod:`graphattn.prune`).
+"""``graphattn prune``: dense vs sparse attention on a real model, scored on a labelled task (:mod:`graphattn.prune`).
 
-Prints the passages' token statistics, a progress bar, the table and the
-self-check; writes ``prune.csv``, ``prune.json`` and ``prune.png`` into
-``--out``, all or none. Exit 0 when the self-check passes, 1 when it fails,
-2 for a user error (one line, from :func:`graphattn.cli.main`).
+Prints the task and its sizes, a progress bar, the table (task metrics with
+paired bootstrap 95 % intervals of the difference from dense, then costs and
+fidelity) and the self-check; writes ``prune.csv``, ``prune.json`` (with a
+``meta`` block), the per-query, per-passage and per-layer CSVs, optionally
+the embeddings, and ``prune.png`` into ``--out``, all or none. Exit 0 when the
+self-check passes; 1 when it fails, and then nothing is written; 2 for a user
+error (one line, from :func:`graphattn.cli.main`).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from graphattn.cli.args import cpu_threads, int_in
-from graphattn.prune.corpus import DEFAULT_LIMIT
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, parse_spec
+from graphattn.prune.tasks import TASKS
 
-__all__ = ["add_arguments", "main", "fidelity_figure"]
+__all__ = ["add_arguments", "main", "fidelity_figure", "environment"]
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PYDOC_SOURCE = "pydoc_data.topics (Python reference documentation)"
@@ -27,22 +31,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "pattern specs:\n" + SPEC_HELP
     parser.add_argument("--patterns", nargs="+", metavar="SPEC", default=None,
                         help=f"pattern specs (default: {' '.join(DEFAULT_PATTERNS)}); the dense row is always first")
-    parser.add_argument("--limit", type=int_in("--limit", 3, 100_000), default=DEFAULT_LIMIT, metavar="N",
-                        help=f"number of passages (at least 3), evenly spaced over the corpus "
-                             f"(default {DEFAULT_LIMIT})")
+    parser.add_argument("--task", choices=TASKS, default=None,
+                        help="title-retrieval (default with the pydoc corpus): each topic title is a query, its "
+                             "chunks the relevant documents; first-sentence: a passage's first sentence finds the "
+                             "rest of it (default with --text); none: fidelity to dense only")
+    parser.add_argument("--limit", type=int_in("--limit", 3, 100_000), default=None, metavar="N",
+                        help="number of queries (topics for title-retrieval; documents for none), evenly spaced "
+                             "(default: all 76 topics; 400 first sentences; 48 documents)")
+    parser.add_argument("--docs-per-topic", type=int_in("--docs-per-topic", 1, 1000), default=1, metavar="K",
+                        help="title-retrieval: chunks of each topic among the documents (default 1)")
     parser.add_argument("--max-length", type=int_in("--max-length", 8, 100_000), default=128, metavar="T",
-                        help="most tokens per passage, [CLS] and [SEP] included, at most the model's position "
-                             "embeddings (512) (default 128)")
+                        help="most tokens per text, special tokens included, at most the model's position "
+                             "embeddings; a warning above the length it was trained on (default 128)")
+    parser.add_argument("--model", metavar="PATH_OR_PACKAGE", default=None,
+                        help="a local Hugging Face model folder, or an installed package with get_model_path() "
+                             "(default: the packaged all-MiniLM-L6-v2); never downloaded")
+    parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
+                        help="sentence embedding: mean over tokens or the first token (default: the model folder's "
+                             "sentence-transformers pooling, else mean)")
     parser.add_argument("--text", metavar="FILE", default=None,
-                        help="your own passages, one per line (default: the Python reference documentation, "
-                             "pydoc_data.topics)")
+                        help="your own passages, one per line (duplicates and lines under 4 words dropped; "
+                             "default: the Python reference documentation, pydoc_data.topics)")
     parser.add_argument("--out", metavar="DIR", default="prune-out",
-                        help="folder for prune.csv, prune.json, prune.png (default prune-out)")
+                        help="folder for prune.csv, prune.json, prune_{queries,passages,layers}.csv, prune.png "
+                             "(default prune-out)")
     parser.add_argument("--json", metavar="FILE", default=None, help="also write the JSON results to FILE")
+    parser.add_argument("--embeddings", action="store_true", help="also write prune_embeddings.npz")
+    parser.add_argument("--seed", type=int_in("--seed", 0, 2**31 - 1), default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--resamples", type=int_in("--resamples", 100, 1_000_000), default=2000, metavar="N",
+                        help="bootstrap resamples per interval (default 2000)")
     parser.add_argument("--threads", type=cpu_threads("--threads"), default=1, metavar="N",
-                        help="torch threads, at most the CPU count (default 1: the experiment is many small tensor "
-                             "operations, which a second thread barely speeds up and which run several times "
-                             "slower when the cores are shared with other work)")
+                        help="torch threads, at most the CPU count (default 1: many small tensor operations, which "
+                             "a second thread barely speeds up and which slow down on shared cores)")
     parser.add_argument("--no-oracle", action="store_true",
                         help="skip the oracle top-k row after each fixed pattern")
 
@@ -54,70 +74,161 @@ def main(args: argparse.Namespace) -> int:
     from graphattn import prune
 
     specs = [parse_spec(s) for s in (args.patterns or DEFAULT_PATTERNS)]
-    prune.run.check_max_length(prune.run.model_config(), args.max_length)  # before any weight is loaded
-    passages, source = None, PYDOC_SOURCE
+    config = prune.models.model_config(args.model)  # before any weight is loaded
+    prune.models.check_max_length(config, args.max_length)
+    trained = prune.models.trained_length(args.model, config)
+    if trained is not None and args.max_length > trained:
+        print(f"warning: --max-length {args.max_length} is above the {trained} tokens the model was trained on; "
+              "its attention on longer inputs is out of distribution", file=sys.stderr)
+    task_name = args.task or ("first-sentence" if args.text else "title-retrieval")
+    passages, source, dropped = None, PYDOC_SOURCE, {}
     if args.text:
-        passages, source = prune.corpus.read_passages(args.text, args.limit, max_length=args.max_length), args.text
-        _enough(passages, source)
-    model, tokenizer = prune.load_model()
-    if passages is None:
-        passages = _enough(prune.corpus.pydoc_passages(tokenizer, args.max_length, args.limit), source)
+        source = args.text
+        passages = prune.corpus.read_passages(args.text, max_length=args.max_length, dropped=dropped)
+        if task_name == "title-retrieval":
+            raise ValueError("Expected '--task' to be first-sentence or none with --text (got title-retrieval, "
+                             "which needs the pydoc topics' titles)")
+    model, tokenizer = prune.load_model(args.model)
+    limit = args.limit or {"title-retrieval": None, "first-sentence": 400, "none": 48}[task_name]
+    task = prune.make_task(task_name, tokenizer, args.max_length, limit, passages, args.docs_per_topic)
+    task.dropped.update({f"lines_{k}": v for k, v in dropped.items()})
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
-        return _report(args, specs, passages, source, model, tokenizer)
+        return _report(args, specs, task, source, model, tokenizer)
     finally:
         torch.set_num_threads(threads)  # leave the caller's process as it was
 
 
-def _enough(passages: list[str], source: str) -> list[str]:
-    if len(passages) < 3:  # retrieval fidelity compares pairs of passages
-        raise ValueError(f"Expected at least 3 passages (got {len(passages)} from {source})")
-    return passages
-
-
-def _report(args, specs, passages, source, model, tokenizer) -> int:
+def _report(args, specs, task, source, model, tokenizer) -> int:
     import torch
 
     from graphattn import prune
 
-    lengths = [len(ids) for ids in tokenizer(passages, truncation=True, max_length=args.max_length,
-                                             verbose=False)["input_ids"]]
-    print(f"{len(passages)} passages from {source}; tokens per passage min {min(lengths)}, "
-          f"mean {sum(lengths) / len(lengths):.1f}, max {max(lengths)}; torch threads {torch.get_num_threads()}")
+    pooling = args.pooling or prune.models.default_pooling(args.model)
+    dropped = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in task.dropped.items() if v) or "nothing"
+    print(f"task {task.name}: {len(task.queries)} queries, {len(task.documents)} documents from {source} "
+          f"(dropped: {dropped}); model {args.model or MODEL_NAME}, {pooling} pooling, "
+          f"max {args.max_length} tokens; torch threads {torch.get_num_threads()}")
     t0 = time.perf_counter()
-    results = prune.run_experiment(specs, passages, model=model, tokenizer=tokenizer, max_length=args.max_length,
-                                   oracle=not args.no_oracle)
+    results = prune.run_experiment(specs, task=task, model=model, tokenizer=tokenizer, max_length=args.max_length,
+                                   oracle=not args.no_oracle, pooling=pooling, seed=args.seed,
+                                   resamples=args.resamples, keep_embeddings=args.embeddings)
     total = time.perf_counter() - t0
     print(prune.format_table(results))
     ok, msg = prune.self_check(results[0])
     print(msg)
-    meta = {"model": MODEL_NAME, "source": source, "passages": len(passages), "max_length": args.max_length,
-            "tokens_per_passage_mean": sum(lengths) / len(lengths), "torch_threads": torch.get_num_threads(),
-            "seconds": total, "self_check": msg, "passed": ok}
-    paths = prune.write_outputs(results, args.out, meta, args.json, figure=fidelity_figure)
+    if not ok:
+        print("graphattn prune: the self-check failed, so nothing was written (the dense row does not reproduce "
+              "Hugging Face eager; see the message above)", file=sys.stderr)
+        return 1
+    results.meta.update(model=args.model or MODEL_NAME, source=source, seconds=total, self_check=msg, passed=ok,
+                        arguments={k: v for k, v in vars(args).items() if k != "func"}, **environment())
+    results.meta.update(torch_threads=torch.get_num_threads())
+    paths = prune.write_outputs(results, args.out, results.meta, args.json, figure=fidelity_figure, tables=True)
     print(f"{len(results)} rows in {total:.1f} s; wrote {', '.join(paths.values())}")
-    return 0 if ok else 1
+    return 0
 
 
-def fidelity_figure(results: list[dict], meta: dict):
-    """Fidelity against density (log scale), one curve per pattern family, with the Pareto front.
+def environment() -> dict:
+    """Versions of the packages that shape the numbers, and the git commit of graphattn when it is a checkout."""
+    import os
+    import platform
+    import subprocess
+    from importlib import metadata
 
-    Left: mean sentence-embedding cosine to dense; right: retrieval Spearman
-    (:func:`graphattn.viz.pareto`). A ``matplotlib.figure.Figure`` of its own,
-    outside pyplot, so nothing global (the backend) changes.
+    import graphattn
+
+    versions = {"python": platform.python_version(), "graphattn": graphattn.__version__}
+    for name in ("torch", "transformers", "ranx", "scipy", "numpy"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(graphattn.__file__),
+                                capture_output=True, text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"versions": versions, "git_commit": commit}
+
+
+def fidelity_figure(results, meta: dict):
+    """The task metric against attention FLOPs, fidelity against density, and per-layer drift.
+
+    Left: MRR with its 95 % interval against attention GFLOPs (log scale);
+    realisable patterns joined by their Pareto front, data-dependent rows
+    (top-k, threshold, oracle) hollow and grey, apart: their FLOPs include the
+    dense scores they select from, they are not a saving. Middle:
+    sentence-embedding cosine to dense against density
+    (:func:`graphattn.viz.pareto`). Right: per-layer relative output error of
+    the realisable patterns (drift through the layers). A
+    ``matplotlib.figure.Figure`` of its own, outside pyplot, so nothing global
+    (the backend) changes.
     """
     from matplotlib.figure import Figure
 
     from graphattn import viz
 
-    fig = Figure(figsize=(12, 4.8), layout="constrained")
-    axes = fig.subplots(1, 2)
-    for ax, y in zip(axes, ("cos_mean", "spearman")):
-        viz.pareto(results, ax=ax, x="density", y=y, family="family")
-        ax.set_xscale("log")
-    axes[0].set_ylabel("sentence-embedding cosine to dense (mean)")
-    axes[1].set_ylabel("retrieval: Spearman of pairwise similarities")
+    fig = Figure(figsize=(16, 5), layout="constrained")
+    axes = fig.subplots(1, 3)
+    _task_panel(axes[0], results)
+    viz.pareto(list(results), ax=axes[1], x="density", y="cos_mean", family="family")
+    axes[1].set_xscale("log")
+    axes[1].set_ylabel("document-embedding cosine to dense (mean)")
     axes[1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"{meta['model']}: {meta['passages']} passages, <= {meta['max_length']} tokens")
+    _drift_panel(axes[2], results)
+    for ax, title in zip(axes, ("the task against attention cost", "fidelity to dense against density",
+                                "per-layer drift (realisable patterns)")):
+        ax.set_title(title, fontsize=10)
+    fig.suptitle(f"{meta.get('model', '')}: task {meta.get('task')}, {meta.get('queries')} queries, "
+                 f"{meta.get('documents')} documents, <= {meta.get('max_length')} tokens")
     return fig
+
+
+def _task_panel(ax, results) -> None:
+    metric = "MRR" if "MRR" in results[0] else ("nll" if "nll" in results[0] else "cos_mean")
+    for realisable, style in ((True, dict(fmt="o", color="C0")),
+                              (False, dict(fmt="o", color="0.55", mfc="white"))):
+        rows = [r for r in results if r["realisable"] == realisable]
+        if not rows:
+            continue
+        x, y = [r["attn_gflop"] for r in rows], [r[metric] for r in rows]
+        err = None
+        if f"{metric}_lo" in rows[0]:
+            err = [[max(0.0, r[f"{metric}_delta"] - r[f"{metric}_lo"]) for r in rows],
+                   [max(0.0, r[f"{metric}_hi"] - r[f"{metric}_delta"]) for r in rows]]
+        ax.errorbar(x, y, yerr=err, capsize=3, linestyle="none",
+                    label="realisable patterns" if realisable else "data-dependent (not a saving)", **style)
+        for k, r in enumerate(sorted(rows, key=lambda r: r[metric])):  # staggered labels: close points stay legible
+            ax.annotate(r["pattern"], (r["attn_gflop"], r[metric]), fontsize=6, color=style["color"],
+                        xytext=(4, -9 + 6 * (k % 4) if not realisable else 3), textcoords="offset points")
+    front = sorted((r for r in results if r["realisable"]), key=lambda r: r["attn_gflop"])
+    best, xs, ys = -float("inf"), [], []
+    for r in front:
+        if r[metric] > best:
+            best = r[metric]
+            xs.append(r["attn_gflop"])
+            ys.append(r[metric])
+    ax.plot(xs, ys, "--", color="C0", lw=1, label="realisable front")
+    ax.axhline(results[0][metric], color="0.3", lw=0.8, ls=":", label=f"dense ({results[0][metric]:.3f})")
+    ax.set_xscale("log")
+    ax.set_xlabel("attention GFLOPs (data-dependent rows: + dense scores)")
+    ax.set_ylabel(f"{metric} (bars: paired 95 % CI of the difference from dense)")
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def _drift_panel(ax, results) -> None:
+    per_layer = getattr(results, "per_layer", None) or []
+    names = [r["pattern"] for r in results[1:] if r["realisable"]]
+    for k, name in enumerate(names):
+        rows = [r for r in per_layer if r["pattern"] == name]
+        ax.plot([r["layer"] for r in rows], [r["out_err"] for r in rows], "o-", color=f"C{k % 10}", label=name)
+        oracle = [r for r in per_layer if r["pattern"] == f"oracle({name})"]
+        if oracle:
+            ax.plot([r["layer"] for r in oracle], [r["out_err"] for r in oracle], "--", color=f"C{k % 10}", lw=1)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("relative attention-output error (dashed: its oracle)")
+    ax.set_yscale("log")
+    if names:
+        ax.legend(fontsize=7)

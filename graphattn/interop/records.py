@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from graphattn.graphs import edge_index_to_mask, edge_weights_to_dense
+from graphattn.validate import check_bool, check_int, message
 
 __all__ = ["AttentionRecord", "attention_records"]
 
@@ -128,8 +129,8 @@ def _split(calls: list, valid: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
 
 
 @torch.no_grad()
-def attention_records(model, tokenizer, texts: list[str] | str, *, batch_size: int = 32, max_length: int = 512,
-                      hidden_states: bool = False) -> list[AttentionRecord]:
+def attention_records(model, tokenizer, texts: list[str] | str, *, batch_size: int = 32,
+                      max_length: int | None = None, hidden_states: bool = False) -> list[AttentionRecord]:
     """Run ``model`` over ``texts`` and record every self-attention layer's graph and weights.
 
     Parameters
@@ -142,8 +143,10 @@ def attention_records(model, tokenizer, texts: list[str] | str, *, batch_size: i
     texts : str or list of str
     batch_size : int, default 32
         Texts per forward pass (padded to the longest in the batch).
-    max_length : int, default 512
-        Longer inputs are truncated to this many tokens (512, BERT's limit).
+    max_length : int, optional
+        Longer inputs are truncated to this many tokens; at most the model's
+        ``max_position_embeddings``. Default 512 (BERT's limit), or the model's
+        positions if fewer.
     hidden_states : bool, default False
         Also keep every layer's hidden states.
 
@@ -155,18 +158,23 @@ def attention_records(model, tokenizer, texts: list[str] | str, *, batch_size: i
     Raises
     ------
     ValueError
-        If ``model`` does not run with ``attn_implementation="graphattn"``.
+        If ``model`` does not run with ``attn_implementation="graphattn"``,
+        ``batch_size < 1``, or ``max_length`` outside [1, the model's positions].
     NotImplementedError
         If ``model`` does not route attention through ``AttentionInterface``.
     TypeError
-        If ``texts`` is not a str or a list of str.
+        If ``texts`` is not a str or a list of str, a size is not an int, or
+        ``hidden_states`` not a bool.
     """
-    from graphattn.interop.hf import check_model, recording
+    from graphattn.interop.hf import check_max_length, check_model, recording
 
     check_model(model)
     texts = [texts] if isinstance(texts, str) else texts
     if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
-        raise TypeError(f"Expected 'texts' to be a str or a list of str (got {type(texts).__name__})")
+        raise TypeError(message("texts", "a str or a list of str", type(texts).__name__))
+    batch_size = check_int("batch_size", batch_size, low=1)
+    max_length = check_max_length(model, max_length, default=512)
+    check_bool("hidden_states", hidden_states)
     records: list[AttentionRecord] = []
     for start in range(0, len(texts), batch_size):
         chunk = list(texts[start:start + batch_size])

@@ -4,9 +4,14 @@ The experiment, a module per concept:
 
 - :mod:`graphattn.prune.corpus`: real passages (the Python reference
   documentation, or a user's file);
+- :mod:`graphattn.prune.keep`: :class:`Spec`, what a spec keeps per layer and head;
 - :mod:`graphattn.prune.specs`: short pattern specs (``window:8``,
   ``topk:16``, ``window:4|global:0``) and what each keeps per layer and head;
-- :mod:`graphattn.prune.metrics`: attention mass, KL, output error, retrieval fidelity, FLOPs;
+- :mod:`graphattn.prune.tasks`: labelled retrieval tasks (topic titles, first
+  sentences), scored with ranx, paired bootstrap intervals;
+- :mod:`graphattn.prune.metrics`: attention mass, output error, retrieval fidelity, FLOPs;
+- :mod:`graphattn.prune.models`: any local encoder or causal LM, its limits, the forward loop;
+- :mod:`graphattn.prune.accounting`: per-layer accounting of a run (the sparsity callable and observer);
 - :mod:`graphattn.prune.run`: :func:`run_experiment`, built on the Hugging
   Face bridge's sparsity hook (:func:`graphattn.interop.hf.sparsity`);
 - :mod:`graphattn.prune.report`: the self-check, the table, the figure and the files.
@@ -14,13 +19,15 @@ The experiment, a module per concept:
 Nothing heavy (transformers, pandas, matplotlib) is imported until a function needs it.
 """
 
-from graphattn.prune import corpus, metrics, specs
+from graphattn.prune import corpus, keep, metrics, models, specs, tasks
 from graphattn.prune.corpus import DEFAULT_LIMIT
+from graphattn.prune.models import load_model
 from graphattn.prune.report import (SELF_CHECK_TOL, TABLE_COLUMNS, format_table, self_check,
                                     write_outputs)
-from graphattn.prune.run import load_model, run_experiment
-from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, Spec, parse_spec
+from graphattn.prune.run import Results, run_experiment
+from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, Spec, as_spec, parse_spec
+from graphattn.prune.tasks import Task, make_task
 
-__all__ = ["corpus", "metrics", "specs", "run_experiment", "load_model", "self_check", "format_table",
-           "write_outputs", "parse_spec", "Spec", "SPEC_HELP", "DEFAULT_PATTERNS",
-           "DEFAULT_LIMIT", "SELF_CHECK_TOL", "TABLE_COLUMNS"]
+__all__ = ["corpus", "keep", "metrics", "models", "specs", "tasks", "run_experiment", "Results", "load_model",
+           "self_check", "format_table", "write_outputs", "parse_spec", "as_spec", "Spec", "Task", "make_task",
+           "SPEC_HELP", "DEFAULT_PATTERNS", "DEFAULT_LIMIT", "SELF_CHECK_TOL", "TABLE_COLUMNS"]

@@ -26,12 +26,13 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["DEFAULT_LIMIT", "CHARS_PER_TOKEN", "MIN_WORDS", "pydoc_paragraphs", "chunk_text", "pydoc_passages",
-           "read_passages", "select_evenly"]
+__all__ = ["DEFAULT_LIMIT", "CHARS_PER_TOKEN", "MIN_WORDS", "MIN_LINE_WORDS", "pydoc_paragraphs", "chunk_text",
+           "pydoc_chunks", "pydoc_passages", "read_passages", "select_evenly", "clean_passages", "sentences"]
 
 DEFAULT_LIMIT = 48  # passages ``graphattn prune`` samples by default
 CHARS_PER_TOKEN = 20  # a WordPiece token of English is ~4-5 characters: 20 leaves a wide margin
 MIN_WORDS = 8  # shorter paragraphs are mostly captions and list fragments
+MIN_LINE_WORDS = 4  # a line of --text with fewer words is dropped: too short to say anything about attention
 _UNDERLINE = re.compile(r"^[*=\-~^\"]{3,}$")
 _SENTENCE_END = re.compile(r"(?<=[.!?:])\s+(?=[A-Z\"(])")
 
@@ -143,6 +144,61 @@ def select_evenly(items: list, limit: int | None) -> list:
     return [items[k * len(items) // limit] for k in range(limit)]
 
 
+def sentences(text: str) -> list[str]:
+    """``text`` split at sentence ends (``.``, ``!``, ``?``, ``:`` followed by a capital or a quote).
+
+    Examples
+    --------
+    >>> sentences("One two. Three four? five")
+    ['One two.', 'Three four? five']
+    """
+    return _SENTENCE_END.split(text)
+
+
+def clean_passages(lines: list[str], min_words: int = MIN_LINE_WORDS) -> tuple[list[str], dict[str, int]]:
+    """Drop exact duplicates (the later copies) and passages of fewer than ``min_words`` words.
+
+    Returns
+    -------
+    kept : list of str
+        In their order.
+    dropped : dict of str to int
+        ``{"duplicates": ..., "too_short": ...}``, how many of each were dropped.
+
+    Examples
+    --------
+    >>> clean_passages(["a b c d", "a b", "a b c d"])
+    (['a b c d'], {'duplicates': 1, 'too_short': 1})
+    """
+    kept, seen, dropped = [], set(), {"duplicates": 0, "too_short": 0}
+    for line in lines:
+        if len(line.split()) < min_words:
+            dropped["too_short"] += 1
+        elif line in seen:
+            dropped["duplicates"] += 1
+        else:
+            seen.add(line)
+            kept.append(line)
+    return kept, dropped
+
+
+def pydoc_chunks(tokenizer, max_length: int = 128) -> dict[str, list[str]]:
+    """Each topic's prose as chunks of at most ``max_length`` tokens (steps 1-2), topics in sorted order.
+
+    A topic whose text repeats an earlier one (``else`` is ``if``) is left out.
+    """
+    from pydoc_data.topics import topics
+
+    first_of = {}
+    for topic in sorted(topics):
+        first_of.setdefault(topics[topic], topic)
+    by_topic: dict[str, list[str]] = {}
+    for topic, text in pydoc_paragraphs():
+        if first_of[topics[topic]] == topic:
+            by_topic.setdefault(topic, []).extend(sentences(text))
+    return {topic: chunk_text(parts, tokenizer, max_length) for topic, parts in by_topic.items()}
+
+
 def pydoc_passages(tokenizer, max_length: int = 128, limit: int | None = None) -> list[str]:
     """Passages of the Python reference documentation, each at most ``max_length`` tokens.
 
@@ -165,15 +221,14 @@ def pydoc_passages(tokenizer, max_length: int = 128, limit: int | None = None) -
     ValueError
         If ``max_length`` < 8 or ``limit`` < 1.
     """
-    by_topic: dict[str, list[str]] = {}
-    for topic, text in pydoc_paragraphs():
-        by_topic.setdefault(topic, []).extend(_SENTENCE_END.split(text))
-    chunks = [c for topic in by_topic for c in chunk_text(by_topic[topic], tokenizer, max_length)]
-    return select_evenly(chunks, limit)
+    chunks = [c for parts in pydoc_chunks(tokenizer, max_length).values() for c in parts]
+    return select_evenly(clean_passages(chunks, 1)[0], limit)
 
 
-def read_passages(path: str | os.PathLike, limit: int | None = None, max_length: int | None = None) -> list[str]:
-    """A user's passages from a UTF-8 text file, one per line (blank lines skipped).
+def read_passages(path: str | os.PathLike, limit: int | None = None, max_length: int | None = None, *,
+                  dropped: dict | None = None) -> list[str]:
+    """A user's passages from a UTF-8 text file, one per line (blank lines, exact duplicates and lines of
+    fewer than ``MIN_LINE_WORDS`` words skipped, see :func:`clean_passages`).
 
     Parameters
     ----------
@@ -185,6 +240,8 @@ def read_passages(path: str | os.PathLike, limit: int | None = None, max_length:
         ``CHARS_PER_TOKEN * max_length`` characters before anything tokenizes
         it (the tokenizer truncates the rest to ``max_length`` tokens), so a
         huge one-line file is never tokenized whole. Default: no cut.
+    dropped : dict, optional
+        Receives ``{"duplicates": n, "too_short": m}``, the lines left out.
 
     Raises
     ------
@@ -202,4 +259,7 @@ def read_passages(path: str | os.PathLike, limit: int | None = None, max_length:
     lines = [line for line in lines if line]
     if not lines:
         raise ValueError(f"Expected '--text' file {str(path)!r} to hold at least one non-blank line (got none)")
+    lines, counts = clean_passages(lines)
+    if dropped is not None:
+        dropped.update(counts)
     return select_evenly(lines, limit)

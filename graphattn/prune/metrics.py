@@ -18,7 +18,8 @@ pattern retains.
 - :func:`relative_error`: ``||y - y_ref||_F / ||y_ref||_F``.
 - :func:`retrieval_fidelity`: Spearman correlation between two pairwise
   cosine-similarity matrices (upper triangle) and top-1 neighbour agreement.
-- :func:`attention_flops`: ``4 E D`` per head-edge, see its docstring.
+- :func:`attention_flops`: ``4 E D`` per head-edge, see its docstring; :func:`score_flops`: ``2 E D``,
+  the dense scores a data-dependent selection needs first.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "cosine_similarity",
     "retrieval_fidelity",
     "attention_flops",
+    "score_flops",
 ]
 
 
@@ -149,7 +151,7 @@ def cosine_similarity(a: Tensor, b: Tensor) -> Tensor:
     return torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1).to(a.dtype)  # (N,)
 
 
-def retrieval_fidelity(reference: Tensor, embeddings: Tensor) -> tuple[float, float]:
+def retrieval_fidelity(reference: Tensor, embeddings: Tensor, tie_tol: float = 1e-6) -> tuple[float, float]:
     """How well sparse embeddings preserve retrieval over a corpus.
 
     Parameters
@@ -164,8 +166,10 @@ def retrieval_fidelity(reference: Tensor, embeddings: Tensor) -> tuple[float, fl
         triangles (i < j, N (N - 1) / 2 pairs) of the two pairwise cosine-similarity
         matrices; 1 when the sparse model orders all pairs as the dense one does.
     top1 : float
-        Fraction of passages whose nearest other passage (highest cosine, ties
-        to the lower index) is the same under both, in [0, 1].
+        Fraction of passages whose nearest other passage under ``embeddings``
+        is a nearest one under ``reference`` (its reference cosine within
+        ``tie_tol``, default 1e-6, of the highest: a repeated passage has two
+        equally near neighbours, and either counts), in [0, 1].
 
     Raises
     ------
@@ -187,9 +191,11 @@ def retrieval_fidelity(reference: Tensor, embeddings: Tensor) -> tuple[float, fl
     upper = torch.triu_indices(n, n, offset=1)  # (2, N (N - 1) / 2)
     rho = spearmanr(s_ref[upper[0], upper[1]].numpy(), s[upper[0], upper[1]].numpy()).statistic
     eye = torch.eye(n, dtype=torch.bool)
-    top_ref = s_ref.masked_fill(eye, -2.0).argmax(1)  # (N,)
+    best_ref = s_ref.masked_fill(eye, -2.0).max(1).values  # (N,): the reference's nearest similarity
     top = s.masked_fill(eye, -2.0).argmax(1)  # (N,)
-    return float(rho), float((top_ref == top).double().mean())
+    # tie-robust: the sparse nearest neighbour agrees when it is one of the reference's (tied) nearest
+    agree = s_ref.gather(1, top.unsqueeze(1)).squeeze(1) >= best_ref - tie_tol  # (N,)
+    return float(rho), float(agree.double().mean())
 
 
 def attention_flops(head_edges: int, head_dim: int) -> int:
@@ -207,3 +213,17 @@ def attention_flops(head_edges: int, head_dim: int) -> int:
     15360
     """
     return 4 * int(head_edges) * int(head_dim)
+
+
+def score_flops(head_edges: int, head_dim: int) -> int:
+    """FLOPs of the scores ``q_i · k_j`` alone (2 D per (edge, head)): what choosing edges by weight costs.
+
+    Top-k, threshold and the oracle rows need the dense scores of every edge
+    of the model's graph before they can keep any; this is that price.
+
+    Examples
+    --------
+    >>> score_flops(head_edges=10 * 12, head_dim=32)
+    7680
+    """
+    return 2 * int(head_edges) * int(head_dim)

@@ -15,51 +15,84 @@ import os
 import signal
 import threading
 
-__all__ = ["SELF_CHECK_TOL", "TABLE_COLUMNS", "self_check", "format_table", "write_outputs"]
+__all__ = ["SELF_CHECK_TOL", "NLL_TOL", "TABLE_COLUMNS", "TASK_METRICS", "self_check", "format_table", "write_outputs"]
 
 SELF_CHECK_TOL = 1e-5  # the dense row's fidelity must be 1 within this (float32 noise is ~1e-7)
+NLL_TOL = 1e-4  # a causal LM's dense next-token NLL must equal eager's within this (nats)
+TASK_METRICS = ("R@1", "MRR", "nDCG@10")
 
 
 def self_check(dense: dict, tol: float = SELF_CHECK_TOL) -> tuple[bool, str]:
-    """Whether the dense row reproduces the reference: fidelity 1 within ``tol``.
+    """Whether the dense row reproduces the eager reference: fidelity 1 within ``tol``.
 
-    Checks density, mass, cos_mean, cos_min, spearman and top1 against 1 and
-    kl, out_err against 0. Returns ``(passed, one-line message)``.
+    Checks density, mass, mass_tf, cos_mean, cos_min, spearman and top1
+    (tie-robust) against 1, neg_log_mass, out_err and empty against 0, and for
+    a causal LM ``|nll_delta| <= NLL_TOL``. The task metrics' differences from
+    eager are reported, not checked (a near-tie may swap two documents).
+    Returns ``(passed, one-line message)``.
     """
-    ones = {k: dense[k] for k in ("density", "mass", "cos_mean", "cos_min", "spearman", "top1")}
-    zeros = {k: dense[k] for k in ("kl", "out_err", "empty")}
+    ones = {k: dense[k] for k in ("density", "mass", "mass_tf", "cos_mean", "cos_min", "spearman", "top1")}
+    zeros = {k: dense[k] for k in ("neg_log_mass", "out_err", "empty")}
     worst = max([abs(1.0 - v) for v in ones.values()] + [abs(v) for v in zeros.values()])
     ok = worst <= tol and all(math.isfinite(v) for v in (*ones.values(), *zeros.values()))
-    msg = (f"self-check: dense complete graph through graph attention vs Hugging Face eager: "
+    extra = ""
+    if "nll_delta" in dense:
+        ok = ok and abs(dense["nll_delta"]) <= NLL_TOL
+        extra += f", next-token NLL {dense['nll']:.6f} (eager {dense['nll'] - dense['nll_delta']:.6f})"
+    deltas = [f"{m} {dense[m + '_delta']:+.3f}" for m in TASK_METRICS if m + "_delta" in dense]
+    if deltas:
+        extra += ", task vs eager " + " ".join(deltas)
+    msg = (f"self-check: the model's own graph through graph attention vs Hugging Face eager: "
            f"cos min {dense['cos_min']:.8f}, spearman {dense['spearman']:.8f}, top1 {dense['top1']:.3f}, "
-           f"mass {dense['mass']:.8f}, KL {dense['kl']:.1e}, out err {dense['out_err']:.1e}; "
+           f"mass {dense['mass']:.8f}, out err {dense['out_err']:.1e}{extra}; "
            f"worst |deviation| {worst:.1e} (tolerance {tol:.0e}): {'PASS' if ok else 'FAIL'}")
     return ok, msg
 
 
-TABLE_COLUMNS = ["pattern", "density", "keys_per_query", "mass", "kl", "empty", "out_err", "cos_mean",
-                 "cos_min", "spearman", "top1", "attn_gflop", "attn_s", "wall_s"]
+TABLE_COLUMNS = ["pattern", "realisable", "density", "attn_gflop", "attn_s", "R@1", "MRR", "nDCG@10", "nll",
+                 "mass", "mass_tf", "out_err", "cos_mean", "spearman", "top1"]
+
+
+def _with_ci(row: dict, m: str) -> str:
+    return f"{row[m + '_delta']:+.3f} [{row[m + '_lo']:+.3f}, {row[m + '_hi']:+.3f}]"
 
 
 def format_table(results: list[dict]) -> str:
-    """The results table as text (pandas ``to_string``), one line per row."""
+    """The results table as text (pandas ``to_string``), one line per row, then the cost notes.
+
+    Task metrics come with their difference from eager dense and its paired
+    bootstrap 95 % interval (``MRR  dMRR [lo, hi]``); rows that are not a
+    saving (data-dependent) are marked ``no`` under ``realisable``.
+    """
     import pandas as pd
 
-    frame = pd.DataFrame(results)[TABLE_COLUMNS]
-    fmt = {c: "{:.4f}".format for c in TABLE_COLUMNS[1:]}
-    fmt.update(keys_per_query="{:.1f}".format, kl="{:.3g}".format, empty="{:.3f}".format,
-               out_err="{:.3g}".format, attn_gflop="{:.3f}".format, attn_s="{:.2f}".format,
-               wall_s="{:.1f}".format, top1="{:.3f}".format)
-    return frame.to_string(index=False, formatters=fmt)
+    frame = pd.DataFrame(results)
+    columns = [c for c in TABLE_COLUMNS if c in frame.columns]
+    out = frame[columns].copy()
+    for m in (*TASK_METRICS, "nll"):
+        if m + "_delta" in frame.columns:
+            out.insert(out.columns.get_loc(m) + 1, f"d{m} [95% CI]", [_with_ci(r, m) for r in results])
+    out["realisable"] = out["realisable"].map({True: "yes", False: "no"})
+    fmt = {c: "{:.4f}".format for c in ("density", "mass", "mass_tf", "cos_mean", "spearman", "top1")}
+    fmt.update({m: "{:.3f}".format for m in (*TASK_METRICS, "nll")})
+    fmt.update(out_err="{:.3g}".format, attn_gflop="{:.3f}".format, attn_s="{:.2f}".format)
+    text = out.to_string(index=False, formatters={k: v for k, v in fmt.items() if k in out.columns})
+    notes = [f"  {r['pattern']}: {r['cost_note']}" for r in results if r.get("cost_note")]
+    return text + ("\ncost notes (attn_gflop of data-dependent rows includes their dense scores):\n" +
+                   "\n".join(notes) if notes else "")
 
 
-def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figure=None) -> dict[str, str]:
-    """Write ``prune.csv``, ``prune.json`` and ``prune.png`` into ``out_dir``, all or none.
+def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figure=None,
+                  tables: bool = False) -> dict[str, str]:
+    """Write ``prune.csv``, ``prune.json``, ``prune.png`` and the per-row tables into ``out_dir``, all or none.
 
     Parameters
     ----------
-    results : list of dict
-        Rows of :func:`~graphattn.prune.run_experiment`.
+    results : list of dict or Results
+        Rows of :func:`~graphattn.prune.run_experiment`; a :class:`~graphattn.prune.Results`
+        also gives ``prune_queries.csv``, ``prune_passages.csv``, ``prune_layers.csv``
+        and, when it holds embeddings, ``prune_embeddings.npz`` (one array per row,
+        queries then documents), when ``tables`` is True.
     out_dir : str or PathLike
         Created if missing; other files in it are left alone.
     meta : dict
@@ -71,11 +104,15 @@ def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figu
         ``prune.png`` (e.g. :func:`graphattn.cli.prune.fidelity_figure`).
         Without it no picture is written, and an older ``prune.png`` is removed
         with the rest of the commit, so the folder never mixes two runs.
+    tables : bool, default False
+        Also write the per-query, per-passage and per-layer CSVs and the embeddings of a ``Results``.
 
     Returns
     -------
     dict of str
-        ``{"csv": ..., "json": ...}``, plus ``"png"`` and ``"json_copy"`` when written.
+        ``{"csv": ..., "json": ...}``, plus ``"png"``, ``"json_copy"``, ``"per_query"``,
+        ``"per_passage"``, ``"per_layer"`` and ``"npz"`` when written. An output of
+        an earlier run that this one does not write is removed with the commit.
 
     Notes
     -----
@@ -89,7 +126,11 @@ def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figu
 
     os.makedirs(out_dir, exist_ok=True)
     paths = {ext: os.path.join(out_dir, f"prune.{ext}") for ext in ("csv", "json", "png")}
-    stale = [] if figure is not None else [paths.pop("png")]
+    paths.update({key: os.path.join(out_dir, name) for key, name in _TABLES.items()})
+    paths["npz"] = os.path.join(out_dir, "prune_embeddings.npz")
+    wanted = {"png": figure is not None, "npz": tables and bool(getattr(results, "embeddings", None))}
+    wanted.update({key: tables and bool(getattr(results, key, None)) for key in _TABLES})
+    stale = [paths.pop(key) for key, want in wanted.items() if not want]
     if json_path is not None:
         paths["json_copy"] = os.fspath(json_path)
     clean = [{k: (v if not (isinstance(v, float) and not math.isfinite(v)) else str(v)) for k, v in r.items()}
@@ -123,12 +164,20 @@ def _temporary(path: str) -> str:
     return tmp
 
 
+_TABLES = {"per_query": "prune_queries.csv", "per_passage": "prune_passages.csv", "per_layer": "prune_layers.csv"}
+
+
 def _write(key: str, tmp: str, results: list[dict], text: str, meta: dict, figure) -> None:
-    """Write one output (``csv``, ``json``, ``json_copy`` or ``png``) to its temporary name."""
-    if key == "csv":
+    """Write one output (``csv``, a per-query/passage/layer table, ``npz``, ``json``, ``json_copy``, ``png``)."""
+    if key == "csv" or key in _TABLES:
         import pandas as pd
 
-        pd.DataFrame(results).to_csv(tmp, index=False)
+        pd.DataFrame(list(results) if key == "csv" else getattr(results, key)).to_csv(tmp, index=False)
+    elif key == "npz":
+        import numpy as np
+
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **results.embeddings)
     elif key == "png":
         figure(results, meta).savefig(tmp, dpi=120, format="png")
     else:

