@@ -106,6 +106,17 @@ def test_state_dict_names_match_pyg():
     ours.load_state_dict(ref.state_dict())
 
 
+def test_fused_projections_leave_hooks_on_the_linears_working():
+    """The projections of one x run as one matmul, except when a Linear has a hook: then each is called."""
+    ref = PyGTransformerConv(6, 4, heads=2).double()
+    ours = ga.TransformerConv.from_transformer_conv(ref)
+    seen = []
+    ours.lin_key.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    x = torch.randn(9, 6, dtype=torch.float64)
+    compare(ours, ref, x, random_graph(9, 9, 25), None, torch.float64)
+    assert seen == [(9, 8)]
+
+
 def test_repr_prints_the_constructor_call():
     assert repr(ga.TransformerConv(8, 32, heads=2)) == "TransformerConv(8, 32, heads=2)"
     assert repr(ga.TransformerConv((8, 16), 4, heads=1, beta=True, edge_dim=3, concat=False, dropout=0.1)) == \
