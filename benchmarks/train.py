@@ -18,7 +18,10 @@ Layers on the edge cases: ``ga.TransformerConv`` and ``TransformerConv`` (same
 configuration: root weight, concat), ``GATConv``, ``GATv2Conv`` (no added self
 loops), ``ga.AttentionConv`` (MHA semantics). Time: median of ``--repeats``
 calls of forward + ``backward`` after one warm-up call; a call slower than
-``--slow`` seconds is timed once. Peak memory: the peak resident set size
+``--slow`` seconds is timed once. CPU time: the median ``time.process_time``
+of the same calls (the process's own work; on a shared, loaded machine the
+wall-clock time also counts waiting for a core, the CPU time does not, so its
+ratios are the steadier ones there; with several threads it sums them). Peak memory: the peak resident set size
 above the resident size before one more call (CPU; glibc asked to return
 freed buffers, as ``graphattn bench`` does), ``max_memory_allocated`` on CUDA.
 Ratios are each layer over the graphattn layer of the case (``ga.TransformerConv``;
@@ -113,22 +116,24 @@ def measure(module, call, x, edge_index, batch, repeats: int, slow: float, devic
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     step()
-    first = time.perf_counter() - t0
-    times = []
+    first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
+    times, cpu = [], []
     for _ in range(repeats if first < slow else int(compiled)):  # a compiled first call is the compilation
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - t0)
-    times = times or [first]
+        cpu.append(time.process_time() - c0)
+    times, cpu = times or [first], cpu or [first_cpu]
     reset, read = _memory_probe(device)
     _malloc_for_memory_run(True)
     base = reset()
     step()
     peak = read(base)
     _malloc_for_memory_run(False)
-    return dict(time_s=sorted(times)[len(times) // 2], first_s=first, runs=len(times), peak_bytes=peak)
+    return dict(time_s=sorted(times)[len(times) // 2], cpu_s=sorted(cpu)[len(cpu) // 2], first_s=first,
+                runs=len(times), peak_bytes=peak)
 
 
 def run_case(case: str, D: int, args, device) -> list[dict]:
@@ -165,6 +170,7 @@ def add_ratios(rows: list[dict]) -> None:
                     and q["compiled"] == r["compiled"] and q["status"] == "ok"), None)
         if ref is not None and r["status"] == "ok":
             r["time_ratio"] = r["time_s"] / ref["time_s"]
+            r["cpu_ratio"] = r["cpu_s"] / ref["cpu_s"]
             r["memory_ratio"] = r["peak_bytes"] / max(ref["peak_bytes"], 1)
 
 
@@ -174,8 +180,9 @@ def _line(r: dict) -> str:
         return f"{head} {r['status']}"
     ratios = ""
     if "time_ratio" in r:
-        ratios = f"  time x{r['time_ratio']:.2f}  memory x{r['memory_ratio']:.2f}"
-    return f"{head} {r['time_s'] * 1e3:9.1f} ms  {r['peak_bytes'] / 2 ** 20:8.1f} MiB{ratios}"
+        ratios = f"  time x{r['time_ratio']:.2f}  cpu x{r['cpu_ratio']:.2f}  memory x{r['memory_ratio']:.2f}"
+    return (f"{head} {r['time_s'] * 1e3:9.1f} ms (cpu {r['cpu_s'] * 1e3:7.1f} ms) "
+            f"{r['peak_bytes'] / 2 ** 20:8.1f} MiB{ratios}")
 
 
 def main(argv=None) -> int:

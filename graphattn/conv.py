@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from graphattn import ops
-from graphattn.routing import attend, resolve, use_propagate
+from graphattn.routing import attend, project, resolve, use_propagate
 from graphattn.validate import (as_int, check_bool, check_choice, check_fits_memory, check_int, check_not_jit,
                                 check_probability, message)
 
@@ -172,7 +172,6 @@ class AttentionConv(MessagePassing):
             raise TypeError(
                 f"Expected 'x' to be a Tensor, a pair (x_kv, x_q) or a triple (x_k, x_v, x_q) (got {type(x).__name__})"
             )
-        parts = []
         for name, t, lin in (("x_q", x_q, self.lin_query), ("x_k", x_k, self.lin_key), ("x_v", x_v, self.lin_value)):
             if not isinstance(t, Tensor) or t.dim() != 2 or t.size(-1) != lin.in_features:
                 got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
@@ -182,8 +181,12 @@ class AttentionConv(MessagePassing):
             if t.dtype != lin.weight.dtype:
                 raise TypeError(f"Expected '{name}' to have the layer's dtype {lin.weight.dtype} (got {t.dtype}); "
                                 f"convert one of them, e.g. conv.to({t.dtype})")
-            parts.append(lin(t).view(t.size(0), self.heads, self.out_channels // self.heads))  # (n, H, D)
-        return tuple(parts)
+        if x_q is x_k and x_k is x_v:  # one matmul for the projections of one input
+            parts = project(x_q, self.lin_query, self.lin_key, self.lin_value)
+        else:
+            parts = (self.lin_query(x_q), *(project(x_k, self.lin_key, self.lin_value) if x_k is x_v
+                                            else (self.lin_key(x_k), self.lin_value(x_v))))
+        return tuple(t.view(t.size(0), self.heads, self.out_channels // self.heads) for t in parts)  # (n, H, D)
 
     def forward(self, x, edge_index: Tensor, *, edge_bias: Tensor | None = None,
                 return_attention_weights: bool = False, size=None, batch: Tensor | None = None):

@@ -11,12 +11,15 @@ Shared by :class:`graphattn.AttentionConv` and :class:`graphattn.TransformerConv
   with a PyG ``batch``) as what the kernels take, building a pattern's edges only
   when the caller needs them (attention weights, ``propagate``).
 - :func:`attend`: the fast kernels for what :func:`resolve` returned.
+- :func:`project`: the layer's projections of one input as one matmul.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.parameter import UninitializedParameter
 
 from graphattn import ops
 from graphattn.graphs import to_edge_index
@@ -24,7 +27,7 @@ from graphattn.ops.ragged import group_sizes, per_graph_edges
 from graphattn.patterns import is_pattern
 from graphattn.validate import message
 
-__all__ = ["needs_propagate", "use_propagate", "resolve", "attend"]
+__all__ = ["needs_propagate", "use_propagate", "resolve", "attend", "project"]
 
 _HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
           "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
@@ -113,3 +116,22 @@ def attend(query: Tensor, key: Tensor, value: Tensor, graph, batch: Tensor | Non
         kwargs.pop("edge_bias", None)
         return ops.batched_attention(query, key, value, graph, batch, **kwargs)
     return ops.attention(query, key, value, graph, **kwargs)
+
+
+def project(x: Tensor, *lins) -> tuple[Tensor, ...]:
+    """``tuple(lin(x) for lin in lins)``, as one matmul against the concatenated weights when it can.
+
+    Fused when every ``lin`` (``nn.Linear`` or PyG's ``Linear``) is initialised
+    (not lazy), has no forward hooks and agrees with the others on having a bias;
+    otherwise each is called. The parameters stay where they are (names and
+    ``state_dict`` unchanged); gradients reach each one through the concatenation.
+    """
+    fusable = len(lins) > 1 and all(
+        not isinstance(lin.weight, UninitializedParameter) and not lin._forward_hooks
+        and not lin._forward_pre_hooks and (lin.bias is None) == (lins[0].bias is None) for lin in lins)
+    if not fusable:
+        return tuple(lin(x) for lin in lins)
+    weight = torch.cat([lin.weight for lin in lins])  # (sum F_out, F_in)
+    bias = None if lins[0].bias is None else torch.cat([lin.bias for lin in lins])  # (sum F_out,)
+    out = F.linear(x, weight, bias)  # (n, F_in) @ (F_in, sum F_out) -> (n, sum F_out)
+    return out.split([lin.weight.size(0) for lin in lins], dim=-1)  # (n, F_out) each, strided views

@@ -11,7 +11,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops
-from graphattn.routing import attend, resolve, use_propagate
+from graphattn.routing import attend, project, resolve, use_propagate
 from graphattn.graphs import check_edge_index
 from graphattn.validate import (check_bool, check_choice, check_fits_memory, check_int, check_not_jit,
                                 check_probability, check_tensor, message)
@@ -208,9 +208,13 @@ class TransformerConv(MessagePassing):
         if edge_attr is None and values is not None and values.dim() > 1:
             edge_attr = values
         H, C = self.heads, self.out_channels
-        query = self.lin_query(x_dst).view(L, H, C)  # (L, H, D)
-        key = self.lin_key(x_src).view(S, H, C)  # (S, H, D)
-        value = self.lin_value(x_src).view(S, H, C)  # (S, H, D)
+        skips = (self.lin_skip,) if self.root_weight else ()
+        if x_src is x_dst:  # one matmul for every projection of x
+            query, key, value, *x_r = project(x_dst, self.lin_query, self.lin_key, self.lin_value, *skips)
+        else:
+            query, *x_r = project(x_dst, self.lin_query, *skips)
+            key, value = project(x_src, self.lin_key, self.lin_value)
+        query, key, value = query.view(L, H, C), key.view(S, H, C), value.view(S, H, C)  # (L|S, H, D)
         edge_attr = self._check_edge_attr(edge_attr, plain)
         if slow:
             out, alpha = self._propagate(query, key, value, plain, edge_attr, (S, L))
@@ -218,7 +222,7 @@ class TransformerConv(MessagePassing):
             out, alpha = self._attend(query, key, value, plain, edge_attr, batch, return_attention_weights)
         out = out.reshape(L, H * C) if self.concat else out.mean(dim=1)  # (L, H*D) or (L, D)
         if self.root_weight:
-            x_r = self.lin_skip(x_dst)  # (L, H*D) or (L, D)
+            x_r = x_r[0]  # (L, H*D) or (L, D): lin_skip(x_dst)
             if self.lin_beta is not None:
                 beta = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()  # (L, 1)
                 out = beta * x_r + (1 - beta) * out

@@ -430,3 +430,27 @@ def test_torchscript_is_refused_and_torch_export_equals_eager(impl):
         torch.jit.script(conv)
     exported = torch.export.export(conv, (x, edge_index))
     assert_close(exported.module()(x, edge_index), conv(x, edge_index))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("impl", IMPLS)
+def test_random_graph_equals_the_oracle_on_cuda(impl):
+    """AttentionConv on cuda (float64, bipartite, empty rows) equals the dense oracle on the CPU."""
+    dtype = torch.float64
+    conv, oracle = _oracle_pair((5, 4), 12, 2, dtype)
+    conv = conv.cuda()
+    conv.impl = impl
+    x_kv, x_q = torch.randn(30, 5, dtype=dtype), torch.randn(20, 4, dtype=dtype)
+    mask = torch.rand(20, 30) < 0.2
+    mask[3] = False
+    edge_index = graphs.mask_to_edge_index(mask)
+    out, (_, alpha) = conv((x_kv.cuda(), x_q.cuda()), edge_index.cuda(), return_attention_weights=True)
+    ref, ref_w = oracle(x_q, x_kv, mask)
+    assert out.is_cuda
+    assert_close(out.cpu(), ref)
+    assert_close(_scatter_weights(edge_index, alpha.cpu(), 20, 30), ref_w)
+    grad = torch.randn(out.shape, dtype=dtype)
+    out.backward(grad.cuda())
+    ref.backward(grad)
+    for name, p in conv.named_parameters():
+        assert_close(p.grad.cpu(), dict(oracle.named_parameters())[name].grad)

@@ -56,3 +56,21 @@ def test_refusals():
         batched_attention(x, x, x, ga.patterns.full(), torch.zeros(4))
     with pytest.raises(ValueError, match="'key'"):
         batched_attention(x, x[:3], x[:3], ga.patterns.full(), torch.zeros(4, dtype=torch.long))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("lengths", LENGTHS)
+def test_equals_attention_on_batch_sequences_on_cuda(lengths, pattern):
+    """The ragged kernel on cuda (float64) equals attention on the explicit edges on the CPU."""
+    edge_index, batch = ga.graphs.batch_sequences(lengths, pattern)
+    N, H, D = sum(lengths), 2, 3
+    q, k, v = (torch.randn(N, H, D, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    ref, _ = ga.attention(q, k, v, edge_index)
+    grads_r = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    qc, kc, vc = (t.detach().cuda().requires_grad_() for t in (q, k, v))
+    out, _ = batched_attention(qc, kc, vc, pattern, batch.cuda())
+    assert out.is_cuda
+    assert_close(out.cpu(), ref)
+    for g, g_r in zip(torch.autograd.grad(out.square().sum(), (qc, kc, vc)), grads_r):
+        assert_close(g.cpu(), g_r)

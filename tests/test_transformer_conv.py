@@ -106,6 +106,17 @@ def test_state_dict_names_match_pyg():
     ours.load_state_dict(ref.state_dict())
 
 
+def test_fused_projections_leave_hooks_on_the_linears_working():
+    """The projections of one x run as one matmul, except when a Linear has a hook: then each is called."""
+    ref = PyGTransformerConv(6, 4, heads=2).double()
+    ours = ga.TransformerConv.from_transformer_conv(ref)
+    seen = []
+    ours.lin_key.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    x = torch.randn(9, 6, dtype=torch.float64)
+    compare(ours, ref, x, random_graph(9, 9, 25), None, torch.float64)
+    assert seen == [(9, 8)]
+
+
 def test_repr_prints_the_constructor_call():
     assert repr(ga.TransformerConv(8, 32, heads=2)) == "TransformerConv(8, 32, heads=2)"
     assert repr(ga.TransformerConv((8, 16), 4, heads=1, beta=True, edge_dim=3, concat=False, dropout=0.1)) == \
@@ -198,6 +209,50 @@ def test_to_hetero_with_differently_sized_node_types():
              ("b", "self", "b"): torch.tensor([[0, 1], [1, 2]])}
     out = model(x, edges)
     assert out["a"].shape == (4, 16) and out["b"].shape == (5, 16)
+
+
+def test_to_hetero_with_more_edge_types_than_the_cache_builds_each_structure_once(monkeypatch):
+    """12 edge types > the default cache size (8): with ``ops.set_cache_size(16)`` repeated calls reuse
+    every structure (one build per edge type); at the default size they rebuild. Same outputs either way."""
+    from torch_geometric.nn import to_hetero
+
+    builds = []
+
+    class CountingGraph(ga.ops.structure._Graph):
+        def __init__(self, *args):
+            builds.append(1)
+            super().__init__(*args)
+
+    monkeypatch.setattr(ga.ops.structure, "_Graph", CountingGraph)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = ga.TransformerConv(-1, 4, heads=2)
+
+        def forward(self, x, edge_index):
+            return self.conv(x, edge_index)
+
+    types = [f"t{k}" for k in range(4)]
+    relations = [(a, "to", b) for a in types for b in types if a != b]  # 12 edge types
+    model = to_hetero(Net(), (types, relations), aggr="sum")
+    x = {t: torch.randn(6, 3) for t in types}
+    edges = {rel: random_graph(6, 6, 15, seed=k) for k, rel in enumerate(relations)}
+    first = model(x, edges)
+    assert ga.ops.cache_size() == 8 < len(relations)
+    model(x, edges)
+    assert len(builds) > 2 * len(relations) - 1  # the default cache evicts: rebuilt on the second call
+    try:
+        ga.ops.set_cache_size(0)  # empty it
+        ga.ops.set_cache_size(16)
+        builds.clear()
+        outs = [model(x, edges) for _ in range(3)]
+        assert len(builds) == len(relations)  # built once per edge type, then reused
+    finally:
+        ga.ops.set_cache_size(ga.ops.CACHE_SIZE)
+    for out in outs:  # (the first call ran the lazy projections one by one, the others fused: rounding)
+        for t in types:
+            assert_close(out[t], first[t])
 
 
 def test_refusals():

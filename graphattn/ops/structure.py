@@ -20,7 +20,7 @@ from graphattn.validate import check_int, message
 BLOCK = 64  # tile size of the "block" kernel (queries and keys)
 MIN_FILL = 0.25  # "block" when edges fill at least this fraction of the padded tiles
 TILE_FLOATS = 1 << 19  # scores per head and chunk in the block kernel (2 MiB in float32: about the L2 cache)
-HEAD_BLOCK_ENTRIES = 1 << 24  # graphs with H E up to this keep their block-diagonal CSR indices (128 MiB)
+HEAD_BLOCK_ENTRIES = 1 << 24  # graphs with H E up to this keep their block-diagonal CSR indices (64 MiB in int32)
 CACHE_SIZE = 8  # default number of graphs the structure cache keeps (see set_cache_size)
 
 _LOCK = threading.RLock()  # guards _CACHE, _cache_size and every graph's lazily built parts
@@ -83,18 +83,22 @@ class _Graph:
             return self._transposed
 
     def distinct(self) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The distinct (i, j) pairs as CSR: ``(crow (L + 1,), col (U,), inverse (E,) or None)``.
+        """The distinct (i, j) pairs as CSR for the kernels: ``(crow (L + 1,), col (U,), inverse (E,) or None)``.
 
-        ``inverse[e]`` is edge e's pair; None (and the edges themselves) without duplicates.
+        ``inverse[e]`` is edge e's pair; None (and the edges themselves) without
+        duplicates. Indices in :func:`index_dtype` (int32 where they fit: PyTorch's
+        CPU sparse kernels convert int64 indices on every call).
         """
-        if not self.has_duplicates:
-            return self.crow, self.src, None
         with _LOCK:
             if self._distinct is None:
-                key, inverse = torch.unique_consecutive(self.dst * self.S + self.src,
-                                                        return_inverse=True)  # (U,), (E,) sorted keys
-                crow = F.pad(torch.bincount(key // self.S, minlength=self.L).cumsum(0), (1, 0))  # (L + 1,)
-                self._distinct = (crow, key % self.S, inverse)
+                crow, col, inverse = self.crow, self.src, None
+                if self.has_duplicates:
+                    key, inverse = torch.unique_consecutive(self.dst * self.S + self.src,
+                                                            return_inverse=True)  # (U,), (E,) sorted keys
+                    crow = F.pad(torch.bincount(key // self.S, minlength=self.L).cumsum(0), (1, 0))  # (L + 1,)
+                    col = key % self.S  # (U,)
+                dtype = index_dtype(self.E, self.L, self.S)
+                self._distinct = (crow.to(dtype), col.to(dtype), inverse)
             return self._distinct
 
     def head_blocks(self, heads: int, transposed: bool = False) -> tuple[Tensor, Tensor]:
@@ -102,23 +106,25 @@ class _Graph:
 
         Block h holds the graph's (``transposed``: the transpose's) CSR in rows
         ``h R ... (h + 1) R - 1`` and columns ``h C ...``, R x C = L x S (S x L
-        transposed). Kept for the last ``heads`` asked while ``heads * E`` is at
-        most ``HEAD_BLOCK_ENTRIES`` (then built per call: O(E H) indices).
+        transposed); indices in :func:`index_dtype`. Kept for the last ``heads``
+        asked while ``heads * E`` is at most ``HEAD_BLOCK_ENTRIES`` (else built per call).
         """
-        crow, col = (self.transposed()[1:] if transposed else (self.crow, self.src))
-        n = self.L if transposed else self.S
         key = (heads, transposed)
         with _LOCK:
             if key in self._head_blocks:
                 return self._head_blocks[key]
+        crow, col = (self.transposed()[1:] if transposed else (self.crow, self.src))
+        n = self.L if transposed else self.S
+        dtype = index_dtype(heads * self.E, heads * self.L, heads * self.S)
         offsets = torch.arange(heads, device=col.device).unsqueeze(1)  # (H, 1)
         crow_h = torch.cat([(crow[:-1] + offsets * self.E).reshape(-1), crow[-1:] + (heads - 1) * self.E])  # (H R + 1,)
         col_h = (col + offsets * n).reshape(-1)  # (H E,) column j of block h is h n + j
+        blocks = (crow_h.to(dtype), col_h.to(dtype))
         if heads * self.E <= HEAD_BLOCK_ENTRIES:
             with _LOCK:
                 self._head_blocks = {k: v for k, v in self._head_blocks.items() if k[0] == heads}
-                self._head_blocks[key] = (crow_h, col_h)
-        return crow_h, col_h
+                self._head_blocks[key] = blocks
+        return blocks
 
     def tiles(self, block: int = BLOCK, min_fill: float = MIN_FILL):
         """Tile layout for the block kernel, or None when it does not pay (see :class:`_Tiles`)."""
@@ -126,6 +132,11 @@ class _Graph:
             if (block, min_fill) not in self._tiles:
                 self._tiles[(block, min_fill)] = _Tiles.build(self, block, min_fill)
             return self._tiles[(block, min_fill)]
+
+
+def index_dtype(*counts: int) -> torch.dtype:
+    """int32 when every count (entries, rows, columns) fits in it, else int64: the kernels' sparse index type."""
+    return torch.int32 if max(counts, default=0) < 2 ** 31 - 1 else torch.int64
 
 
 class _Tiles:
