@@ -10,7 +10,8 @@ from graphattn.ops.csr import CSRAttention
 from graphattn.ops.guard import causal_guards, graph_guards, guarded
 from graphattn.ops.sdpa import run_sdpa
 from graphattn.ops.shared import compute_dtype, resolve_scale
-from graphattn.ops.structure import _Graph, is_pattern, prepare
+from graphattn.ops.structure import _Graph, prepare
+from graphattn.patterns import is_pattern
 from graphattn.validate import check_bool, check_choice, check_float, check_probability, check_tensor, message
 
 IMPLS = ("auto", "sdpa", "block", "csr")

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphattn.graphs import check_edge_index
+from graphattn.patterns import is_pattern
 from graphattn.validate import check_int, message
 
 BLOCK = 64  # tile size of the "block" kernel (queries and keys)
@@ -281,11 +282,6 @@ def _cached_graph(obj, key: tuple, build) -> _Graph:
         _CACHE[oid] = (weakref.ref(obj, forget), key, graph)
         _evict()
         return graph
-
-
-def is_pattern(obj) -> bool:
-    """True for a ``graphattn.patterns.Pattern`` (duck-typed: ``kind`` and a callable ``edge_index``)."""
-    return hasattr(obj, "edge_index") and hasattr(obj, "kind") and callable(obj.edge_index)
 
 
 def prepare(edge_index, num_targets: int, num_sources: int | None = None, device=None) -> _Graph:
