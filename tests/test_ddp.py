@@ -1,7 +1,11 @@
 """DistributedDataParallel over graphattn layers: 2 CPU processes (gloo) give single-process gradients."""
 
+import datetime
 import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,7 +42,7 @@ def _loss(model, shard):
 
 def _worker(rank, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(Net().double())
     _loss(model, _shards()[rank]).backward()
@@ -55,8 +59,16 @@ def _free_port() -> int:
 
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed gloo")
 def test_ddp_gradients_equal_single_process(tmp_path):
-    # fork: the workers inherit the imported modules (spawn re-imports torch and PyG: tens of seconds)
-    mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True, start_method="fork")
+    """Reference: the same model trained in one process on both shards (DDP averages the ranks' gradients).
+
+    The two ranks run in a fresh interpreter (``python tests/test_ddp.py OUT``), which forks them before
+    any torch thread pool exists: forking the pytest process after earlier tests have used OpenMP can
+    deadlock the children. The subprocess has a time limit, so a hang fails the test instead of CI.
+    """
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    run = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
     torch.manual_seed(0)
     model = Net().double()
     loss = sum(_loss(model, shard) for shard in _shards()) / 2  # DDP averages the ranks' gradients
@@ -65,3 +77,7 @@ def test_ddp_gradients_equal_single_process(tmp_path):
         grads = torch.load(tmp_path / f"grads{rank}.pt")
         for name, p in model.named_parameters():
             torch.testing.assert_close(grads[name], p.grad, atol=1e-10, rtol=0)
+
+
+if __name__ == "__main__":  # the two ranks, forked from this fresh interpreter (see the test's docstring)
+    mp.start_processes(_worker, args=(_free_port(), sys.argv[1]), nprocs=2, join=True, start_method="fork")
