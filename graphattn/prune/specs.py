@@ -122,7 +122,7 @@ def _per_head(k: int, seed: int):
 def _bad(text: str, why: str) -> ValueError:
     """The one spec error: the first line names the families (what the command prints), then examples."""
     return ValueError(f"Expected a pattern spec family[:args], family one of {', '.join(_FAMILIES)} "
-                      f"(got {text!r}: {why}); see 'graphattn prune --help'. Valid specs:\n{SPEC_HELP}")
+                      f"(got {text!r}: {why}); 'graphattn prune --help' lists the valid specs with examples")
 
 
 def _window(left=None, right=None, dilation=1):
@@ -315,6 +315,6 @@ def parse_spec(text: str) -> Spec:
     try:
         return _atom(text)
     except ValueError as err:
-        if "Valid specs" in str(err):
+        if "lists the valid specs" in str(err):
             raise
         raise _bad(text, str(err)) from None
