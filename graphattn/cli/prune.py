@@ -196,7 +196,10 @@ def fidelity_figure(results, meta: dict):
 
 
 def _task_panel(ax, results) -> None:
+    from matplotlib import ticker
+
     metric = "MRR" if "MRR" in results[0] else ("nll" if "nll" in results[0] else "cos_mean")
+    labelled = []
     for realisable, style in ((True, dict(fmt="o", color="C0")),
                               (False, dict(fmt="o", color="0.55", mfc="white"))):
         rows = [r for r in results if r["realisable"] == realisable]
@@ -209,9 +212,7 @@ def _task_panel(ax, results) -> None:
                    [max(0.0, r[f"{metric}_hi"] - r[f"{metric}_delta"]) for r in rows]]
         ax.errorbar(x, y, yerr=err, capsize=3, linestyle="none",
                     label="realisable patterns" if realisable else "data-dependent (not a saving)", **style)
-        for k, r in enumerate(sorted(rows, key=lambda r: r[metric])):  # staggered labels: close points stay legible
-            ax.annotate(r["pattern"], (r["attn_gflop"], r[metric]), fontsize=6, color=style["color"],
-                        xytext=(4, -9 + 6 * (k % 4) if not realisable else 3), textcoords="offset points")
+        labelled.append((rows, style["color"], not realisable))
     front = sorted((r for r in results if r["realisable"]), key=lambda r: r["attn_gflop"])
     best, xs, ys = -float("inf"), [], []
     for r in front:
@@ -220,11 +221,32 @@ def _task_panel(ax, results) -> None:
             xs.append(r["attn_gflop"])
             ys.append(r[metric])
     ax.plot(xs, ys, "--", color="C0", lw=1, label="realisable front")
+    _labels(ax, labelled, metric)
     ax.axhline(results[0][metric], color="0.3", lw=0.8, ls=":", label=f"dense ({results[0][metric]:.3f})")
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(ticker.FormatStrFormatter("%g"))
     ax.set_xlabel("attention GFLOPs (data-dependent rows: + dense scores)")
     ax.set_ylabel(f"{metric} (bars: paired 95 % CI of the difference from dense)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _labels(ax, labelled, metric) -> None:
+    """Realisable patterns labelled beside their points; the dense row and the data-dependent ones, which
+    crowd together near dense cost, listed in a column in the empty lower right, each joined to its point."""
+    column = []
+    for rows, color, crowded in labelled:
+        for r in rows:
+            if crowded or r["pattern"] == "full":
+                column.append((r, color))
+            else:
+                ax.annotate(r["pattern"], (r["attn_gflop"], r[metric]), xytext=(5, 3), textcoords="offset points",
+                            fontsize=6, color=color)
+    gap = min(0.05, 0.4 / max(len(column), 1))
+    for k, (r, color) in enumerate(sorted(column, key=lambda rc: -rc[0][metric])):  # top to bottom: no crossings
+        ax.annotate(r["pattern"] + (" (dense)" if r["pattern"] == "full" else ""), (r["attn_gflop"], r[metric]),
+                    xytext=(0.55, 0.45 - k * gap), textcoords="axes fraction", fontsize=6, color=color, va="center",
+                    arrowprops=dict(arrowstyle="-", color=color, lw=0.4, alpha=0.6, shrinkA=1, shrinkB=3))
 
 
 def _drift_panel(ax, results) -> None:
