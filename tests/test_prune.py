@@ -186,8 +186,10 @@ def _gpt2(vocab: int, dtype=torch.float32):
     config = GPT2Config(n_layer=2, n_head=4, n_embd=24, vocab_size=vocab, n_positions=64, bos_token_id=0,
                         eos_token_id=0)
     torch.manual_seed(1234)
+    from graphattn.interop import register
+
     model = GPT2Model(config).to(dtype).eval()
-    model.set_attn_implementation("graphattn")
+    model.set_attn_implementation(register())  # registration is explicit (nothing registers at import)
     return model
 
 
