@@ -236,8 +236,9 @@ def head_grid(
                     axes[layer, h].set_title(f"head {h}", fontsize=8)
                 if first:
                     axes[layer, h].set_ylabel(f"layer {layer}", fontsize=8)
-        fig.supxlabel(KEY_LABEL, fontsize=9)
-        fig.supylabel(QUERY_LABEL + " per layer", fontsize=9)
+        # one line under the grid for both axes: a figure-level y label collides with the row labels
+        # whenever the caller's figure has no constrained layout
+        fig.supxlabel(f"in every panel: rows = {QUERY_LABEL}, columns = {KEY_LABEL}", fontsize=9)
     else:
         fig = plt.figure(figsize=(2.3 * num_layers + 2, 4), layout="constrained") if fig is None else fig
         axes = fig.subplots(1, num_layers, squeeze=False)[0]  # (layers,)
