@@ -32,6 +32,13 @@ SENTENCES = [
 ]
 
 
+
+class _Batch(dict):
+    """What a fake tokenizer returns: a dict with transformers' ``.to(device)`` (a no-op on CPU)."""
+
+    def to(self, device):
+        return self
+
 def _valid(batch):
     return batch["attention_mask"].bool()  # (B, T)
 
@@ -150,10 +157,7 @@ def test_gpt2_records_are_the_causal_dag_and_padding_side_does_not_matter():
                 batch["input_ids"][b, list(pos)] = torch.tensor([int(w) for w in t.split()])
             batch["position_ids"] = (batch["attention_mask"].cumsum(1) - 1).clamp(min=0)  # (B, T): same for both sides
 
-            class B(dict):
-                def to(self, device):
-                    return self
-            return B(batch)
+            return _Batch(batch)
 
         def convert_ids_to_tokens(self, ids):
             return [str(i) for i in ids]
@@ -620,10 +624,7 @@ def test_default_max_length_is_capped_at_the_models_positions_and_equals_eager()
             batch = {"input_ids": torch.tensor([i + [0] * (width - len(i)) for i in ids]),
                      "attention_mask": torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids])}
 
-            class B(dict):
-                def to(self, device):
-                    return self
-            return B(batch)
+            return _Batch(batch)
 
         def convert_ids_to_tokens(self, ids):
             return [str(i) for i in ids]
