@@ -3,9 +3,10 @@
 Shared by :class:`graphattn.AttentionConv` and :class:`graphattn.TransformerConv`:
 
 - :func:`use_propagate`: PyG machinery that must see every edge (``explain``
-  mode and its edge masks, message-passing hooks: :func:`needs_propagate`) and
-  ``torch.compile`` tracing send the layer down its ``propagate`` path;
-  otherwise the fast kernels run.
+  mode and its edge masks, message-passing hooks: :func:`needs_propagate`)
+  sends the layer down its ``propagate`` path; otherwise the fast kernels run,
+  eager or under ``torch.compile``/``torch.export`` alike (they are
+  ``torch.library`` operators, :mod:`graphattn.ops.operators`).
 - :func:`resolve`: every adjacency form (edge list, ``EdgeIndex``, sparse
   adjacency via :func:`graphattn.graphs.to_edge_index`, a pattern, a pattern
   with a PyG ``batch``) as what the kernels take, building a pattern's edges only
@@ -47,14 +48,9 @@ def needs_propagate(module) -> bool:
 
 
 def use_propagate(module, edge_index, batch: Tensor | None) -> bool:
-    """The layer's path: ``propagate`` for ``impl="message_passing"``, :func:`needs_propagate`, and under
-    ``torch.compile``/``torch.export`` tracing (the fast kernels keep host-side structure caches and read
-    sizes on the host, which break a graph), except for a pattern with a ``batch``: its per-graph edges
-    would number sum(n_b^2), so the ragged kernel is traced instead (with graph breaks where it reads
-    the graph sizes)."""
-    if module.impl == "message_passing" or needs_propagate(module):
-        return True
-    return torch.compiler.is_compiling() and not (is_pattern(edge_index) and batch is not None)
+    """The layer's path: ``propagate`` for ``impl="message_passing"`` and when :func:`needs_propagate`;
+    the fast operators otherwise, compiled or not (compiling no longer implies ``propagate``)."""
+    return module.impl == "message_passing" or needs_propagate(module)
 
 
 def resolve(edge_index, size, batch: Tensor | None, S: int, L: int, need_edges: bool, device):

@@ -94,7 +94,7 @@ def check_float(name: str, value, low: float | None = None, high: float | None =
         if not ok:
             raise TypeError(message(name, what, repr(value)))
     number = float(value)
-    bad = not math.isfinite(number)
+    bad = number != number or number in (math.inf, -math.inf)  # math.isfinite, but traceable (dynamic=True)
     bad |= low is not None and (number <= low if low_open else number < low)
     bad |= high is not None and (number >= high if high_open else number > high)
     if bad:

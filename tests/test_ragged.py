@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import graphattn as ga
-from graphattn.ops.ragged import batched_attention
+from graphattn.ops import batched_attention
 from tests.conftest import DTYPES, assert_close
 
 PATTERNS = [pytest.param(ga.patterns.full(), id="full"), pytest.param(ga.patterns.causal(), id="causal"),

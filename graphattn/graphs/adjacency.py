@@ -6,13 +6,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from graphattn.cache import ContentCache
 from graphattn.graphs.edges import _size_pair
+from graphattn.validate import check_int
 
-__all__ = ["to_edge_index", "ADJ_CACHE_SIZE"]
+__all__ = ["to_edge_index", "set_adjacency_cache_size", "ADJ_CACHE_SIZE"]
 
 
-_ADJ_CACHE: dict[int, tuple] = {}  # id(sparse adjacency) -> (weakref, version, (edge_index, values))
 ADJ_CACHE_SIZE = 16
+_ADJ_CACHE = ContentCache("graphattn.graphs adjacency cache", ADJ_CACHE_SIZE, "graphattn.graphs.set_adjacency_cache_size(n)")
+
+
+def set_adjacency_cache_size(n: int) -> None:
+    """Keep the edge lists of at most ``n`` sparse adjacencies (default ``ADJ_CACHE_SIZE`` = 16; 0 disables)."""
+    _ADJ_CACHE.resize(check_int("n", n, low=0))
 
 
 def _sparse_to_edge_index(adj) -> tuple[Tensor, Tensor | None]:
@@ -32,28 +39,22 @@ def _sparse_to_edge_index(adj) -> tuple[Tensor, Tensor | None]:
     return indices.flip(0), values  # (2, E): row 0 = source j (column of adj_t), row 1 = target i
 
 
+def _components(adj) -> tuple[Tensor, ...]:
+    """The tensors an adjacency's edges and values are read from (what a cache hit is verified against)."""
+    if isinstance(adj, Tensor):
+        if adj.layout == torch.sparse_coo:
+            return adj._indices(), adj._values()  # private: indices() refuses uncoalesced tensors (checked on 2.13)
+        if adj.layout in (torch.sparse_csr, torch.sparse_bsr):
+            return adj.crow_indices(), adj.col_indices(), adj.values()
+        return adj.ccol_indices(), adj.row_indices(), adj.values()  # CSC / BSC
+    row, col, value = adj.storage.row(), adj.storage.col(), adj.storage.value()  # SparseTensor
+    return (row, col) if value is None else (row, col, value)
+
+
 def _cached_conversion(adj) -> tuple[Tensor, Tensor | None]:
-    """:func:`_sparse_to_edge_index`, once per adjacency object (so the kernels' structure cache hits)."""
-    import weakref
-
-    version = getattr(adj, "_version", None) if isinstance(adj, Tensor) and not adj.is_inference() else -1
-    entry = _ADJ_CACHE.get(id(adj))
-    if entry is not None and entry[0]() is adj and entry[1] == version and version != -1:
-        return entry[2]
-    result = _sparse_to_edge_index(adj)
-    oid = id(adj)
-
-    def forget(ref, oid=oid):
-        if _ADJ_CACHE.get(oid, (None,))[0] is ref:
-            del _ADJ_CACHE[oid]
-
-    try:
-        _ADJ_CACHE[oid] = (weakref.ref(adj, forget), version, result)
-    except TypeError:  # not weak-referenceable: convert every call
-        return result
-    while len(_ADJ_CACHE) > ADJ_CACHE_SIZE:
-        _ADJ_CACHE.pop(next(iter(_ADJ_CACHE)))
-    return result
+    """:func:`_sparse_to_edge_index`, once per adjacency content (so the kernels' structure cache hits too)."""
+    return _ADJ_CACHE.get(("adjacency", adj.layout if isinstance(adj, Tensor) else "SparseTensor", tuple(adj.size())),
+                          _components(adj), lambda: _sparse_to_edge_index(adj))
 
 
 def to_edge_index(adj, size=None) -> tuple[Tensor, tuple[int, int] | None, Tensor | None]:

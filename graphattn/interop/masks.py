@@ -22,9 +22,10 @@ possibly per head) can only remove edges. Per-head edge sets share one graph,
 the union, with ``edge_bias = -inf`` on the heads that lack an edge.
 
 The graph of a mask is cached (all layers of a forward pass get the same
-mask); the cache compares the mask's content, so a mask edited in place
-between two forward passes is never served a stale graph. The cache and the
-padding notes are guarded by locks: models may run in several threads.
+mask) in a :class:`graphattn.cache.ContentCache` looked up by the mask's
+content, so a mask edited in place between two forward passes is never
+served a stale graph. The cache and the padding notes are guarded by locks:
+models may run in several threads.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from graphattn.cache import ContentCache
 from graphattn.graphs import dense_to_edge_weights, edge_index_to_mask, edge_weights_to_dense, mask_to_edge_index
 from graphattn.patterns import is_pattern
 
@@ -133,20 +135,13 @@ def _padding_of(mask: Tensor) -> Tensor | None:
 
 # -- the mask -> graph cache ------------------------------------------------------------------------
 
-_CACHE: list = []  # [(key, mask copy or None, valid or None, graph)], oldest first
-_CACHE_SIZE = 4  # self- and cross-attention masks of one forward pass fit
-_CACHE_LOCK = threading.Lock()
+_CACHE = ContentCache("graphattn.interop mask-graph cache", 4, "graphattn.interop.masks._CACHE.resize(n)",
+                      by_content=True)  # 4: the self- and cross-attention masks of one forward pass fit
 
 
 def clear_cache() -> None:
     """Forget every cached graph (they are rebuilt on the next forward pass)."""
-    with _CACHE_LOCK:
-        _CACHE.clear()
-
-
-def _same(a: Tensor | None, b: Tensor | None) -> bool:
-    """Equal content (both None, or the same shape and values)."""
-    return a is b or (a is not None and b is not None and a.shape == b.shape and torch.equal(a, b))
+    _CACHE.clear()
 
 
 def base_graph(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool,
@@ -162,16 +157,9 @@ def base_graph(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int
     valid = _padding_of(attention_mask) if attention_mask is not None and self_attention and num_q == num_k else None
     key = (num_b, num_q, num_k, causal, str(device), self_attention,
            None if attention_mask is None else (tuple(attention_mask.shape), attention_mask.dtype))
-    with _CACHE_LOCK:
-        for k, mask, v, graph in reversed(_CACHE):
-            if k == key and _same(mask, attention_mask) and _same(v, valid):
-                return graph
-    graph = _build(attention_mask, num_b, num_q, num_k, causal, device, valid)
-    with _CACHE_LOCK:
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.pop(0)  # the oldest entry
-        _CACHE.append((key, None if attention_mask is None else attention_mask.detach().clone(), valid, graph))
-    return graph
+    tensors = tuple(t for t in (attention_mask, valid) if t is not None)
+    key = key + (attention_mask is None, valid is None)  # which of the two the tensors are
+    return _CACHE.get(key, tensors, lambda: _build(attention_mask, num_b, num_q, num_k, causal, device, valid))
 
 
 def _build(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool, device,

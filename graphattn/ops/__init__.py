@@ -31,18 +31,29 @@ cache, :func:`prepare`), :mod:`~graphattn.ops.softmax` (the one segment
 softmax), :mod:`~graphattn.ops.guard` (exactness for non-finite features) and
 :mod:`~graphattn.ops.shared` (scale, dropout, the edge-bias gradient).
 The structure cache keeps :func:`cache_size` graphs (default ``CACHE_SIZE`` = 8;
-change it with :func:`set_cache_size`) and is safe under concurrent calls.
-"block" and "csr" are :class:`torch.autograd.Function` objects with a
-hand-written backward built from the same kernels; gradients equal the dense
-oracle's (float64 gradcheck in ``tests/test_ops.py``).
+change it with :func:`set_cache_size`; it warns once when it thrashes), is
+verified by content (never stale, whatever wrote to ``edge_index``) and is
+safe under concurrent calls.
+
+Inside, three levels: the kernels (plain functions, a module each) ->
+:mod:`~graphattn.ops.operators` (the ``torch.library`` operators
+``graphattn::attention``, ``graphattn::ragged_attention`` and their
+backwards, with fake implementations and registered autograd, so
+``torch.compile(fullgraph=True)`` and ``torch.export`` keep the fast path) ->
+:mod:`~graphattn.ops.dispatch` (the public entries). Gradients equal the
+dense oracle's (float64 gradcheck in ``tests/test_ops.py``); second
+derivatives are exact too (a differentiable backward under
+``create_graph=True``, see the operators' module).
 """
 
-from graphattn.ops.dispatch import IMPLS, attention, check_edge_bias, check_qkv, choose_impl
-from graphattn.ops.ragged import batched_attention  # attention within each graph of a PyG batch
+from graphattn.ops import operators  # noqa: F401  (registers the graphattn:: operators)
+from graphattn.ops.dispatch import IMPLS, attention, batched_attention, check_edge_bias, check_qkv, choose_impl
 from graphattn.ops.softmax import edge_scores, segment_softmax
 from graphattn.ops.structure import (BLOCK, CACHE_SIZE, MIN_FILL, TILE_FLOATS, cache_size, prepare,
                                      set_cache_size)
 from graphattn.ops.structure import _Graph  # noqa: F401  (tests build structures directly: ops._Graph)
+from graphattn.ops.operators import OPERATORS
 
 __all__ = ["attention", "batched_attention", "prepare", "segment_softmax", "edge_scores", "check_qkv", "check_edge_bias",
-           "choose_impl", "set_cache_size", "cache_size", "IMPLS", "BLOCK", "MIN_FILL", "TILE_FLOATS", "CACHE_SIZE"]
+           "choose_impl", "set_cache_size", "cache_size", "IMPLS", "BLOCK", "MIN_FILL", "TILE_FLOATS", "CACHE_SIZE",
+           "OPERATORS"]

@@ -8,7 +8,8 @@ copies each score to its duplicates), the softmax over the CSR segments
 dense matmul for all heads: PyTorch's CPU sparse kernels have no batched CSR x
 dense product (checked on 2.13), so the H per-head matrices are laid out as one
 block-diagonal CSR ``(H L, H S)`` against the head-major ``(H S, D)`` features.
-Backward with the transposed CSR. Measured on N = 10k, 10 keys per query, H = 8
+Backward with the transposed CSR. Plain functions: the operators of
+:mod:`graphattn.ops.operators` call them and register their autograd. Measured on N = 10k, 10 keys per query, H = 8
 (``benchmarks/train.py``): per-head products and gathered (E, H, D) chunks spent
 most of their time copying strided head slices; these calls do not.
 """
@@ -19,9 +20,8 @@ import warnings
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from graphattn.ops.shared import apply_keep, bias_grad, draw_keep
+from graphattn.ops.shared import apply_keep, draw_keep
 from graphattn.ops.softmax import segment_softmax, segment_softmax_backward
 from graphattn.ops.structure import _Graph
 
@@ -70,19 +70,34 @@ def spmm(blocks: tuple[Tensor, Tensor], values: Tensor, dense: Tensor, num_rows:
     return out.view(H, num_rows, d).transpose(0, 1)  # (rows, H, d)
 
 
+def csr_forward(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float,
+                p: float) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``out (L, H, D_v)``, ``alpha (H, E)`` (sorted, before dropout) and ``keep (H, E)`` or None.
+
+    ``bias`` is ``(E, H or 1)`` in sorted edge order, or None.
+    """
+    score = sddmm(graph, query, key, alpha=scale)  # (H, E)
+    if bias is not None:
+        score += bias.t()  # (H, E) + (H or 1, E)
+    alpha = segment_softmax(score, graph.dst, graph.L, dim=1, degree=graph.uniform_degree)  # (H, E)
+    keep = draw_keep(alpha, p) if p > 0.0 else None  # (H, E)
+    out = spmm(graph.head_blocks(value.size(1)), apply_keep(alpha, keep, p), value, graph.L)  # (L, H, D_v)
+    return out, alpha, keep
+
+
 def csr_backward(graph: _Graph, q, k, v, alpha, keep, p, grad_out, grad_alpha, scale, q_scaled=False):
     """Gradients of the CSR kernel: ``dq, dk, dv`` (n, H, d) and ``d score`` (H, E).
 
     ``q, k, v`` are (n, H, d) (``q`` already multiplied by ``scale`` if ``q_scaled``);
-    ``alpha`` (H, E) the weights before dropout, ``keep`` (H, E) the dropout mask or None.
+    ``alpha`` (H, E) the weights before dropout, ``keep`` (H, E) the dropout mask or None;
+    ``grad_alpha`` (H, E) or None is the gradient of ``alpha`` itself (before dropout).
     """
     if grad_out is None:
         grad_out = v.new_zeros(graph.L, v.size(1), v.size(2))
     grad_out = grad_out.contiguous()  # (L, H, D_v); sum().backward() hands in a stride-0 expansion
-    g = sddmm(graph, grad_out, v)  # (H, E) dL/d alpha_dropped
+    g = apply_keep(sddmm(graph, grad_out, v), keep, p)  # (H, E) dL/d alpha through the output
     if grad_alpha is not None:
         g = g + grad_alpha
-    g = apply_keep(g, keep, p)  # (H, E) dL/d alpha
     ds = segment_softmax_backward(g, alpha, graph.dst, graph.L, degree=graph.uniform_degree)  # (H, E)
     H = q.size(1)
     dq = spmm(graph.head_blocks(H), ds, k, graph.L).mul_(scale)  # (L, H, D)
@@ -93,28 +108,3 @@ def csr_backward(graph: _Graph, q, k, v, alpha, keep, p, grad_out, grad_alpha, s
         dk.mul_(scale)
     dv = spmm(blocks_t, apply_keep(alpha, keep, p).index_select(1, perm_t), grad_out, graph.S)  # (S, H, D_v)
     return dq, dk, dv, ds
-
-
-class CSRAttention(torch.autograd.Function):
-    """Attention on the CSR kernel; returns ``out (L, H, D_v)`` and ``alpha (H, E)`` in sorted edge order."""
-
-    @staticmethod
-    def forward(ctx, query, key, value, bias, graph, scale, p):
-        ctx.set_materialize_grads(False)
-        score = sddmm(graph, query, key, alpha=scale)  # (H, E)
-        if bias is not None:
-            score += bias.t()  # (H, E) + (H or 1, E)
-        alpha = segment_softmax(score, graph.dst, graph.L, dim=1, degree=graph.uniform_degree)  # (H, E)
-        keep = draw_keep(alpha, p) if p > 0.0 else None  # (H, E)
-        alpha_d = apply_keep(alpha, keep, p)  # (H, E)
-        out = spmm(graph.head_blocks(value.size(1)), alpha_d, value, graph.L)  # (L, H, D_v)
-        ctx.save_for_backward(query, key, value, alpha, keep)
-        ctx.graph, ctx.scale, ctx.p, ctx.bias_heads = graph, scale, p, None if bias is None else bias.size(1)
-        return out, alpha_d  # (L, H, D_v), (H, E)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out, grad_alpha):
-        q, k, v, alpha, keep = ctx.saved_tensors
-        dq, dk, dv, ds = csr_backward(ctx.graph, q, k, v, alpha, keep, ctx.p, grad_out, grad_alpha, ctx.scale)
-        return dq, dk, dv, bias_grad(ds, ctx.bias_heads, ctx.needs_input_grad[3]), None, None, None

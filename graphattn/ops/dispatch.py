@@ -1,18 +1,29 @@
-"""The public entry :func:`attention`: argument checks, the kernel choice, and the call."""
+"""The public entries :func:`attention` and :func:`batched_attention`: argument checks, then the operators.
+
+Everything here is traceable by ``torch.compile`` (shape, dtype and type
+checks only); what depends on the edges' values runs inside the operators
+of :mod:`graphattn.ops.operators` (the structure, the kernel choice, the
+range and NaN checks of ``edge_index`` and ``edge_bias``).
+"""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
 
-from graphattn.ops.block import BlockAttention
-from graphattn.ops.csr import CSRAttention
-from graphattn.ops.guard import causal_guards, graph_guards, guarded
+from graphattn.ops.guard import causal_guards
+from graphattn.ops.operators import attention_op, check_bias_values, choose_impl, ragged_attention_op
+from graphattn.ops.ragged import RAGGED_KINDS, fits_one_padded_call, group_sizes, padded_attention, per_graph_edges
+from graphattn.ops.ragged import ragged_forward
 from graphattn.ops.sdpa import run_sdpa
-from graphattn.ops.shared import compute_dtype, resolve_scale
-from graphattn.ops.structure import _Graph, prepare
+from graphattn.ops.shared import apply_keep, compute_dtype, resolve_scale
+from graphattn.ops.structure import pattern_edges
 from graphattn.patterns import is_pattern
 from graphattn.validate import check_bool, check_choice, check_float, check_probability, check_tensor, message
+
+__all__ = ["attention", "batched_attention", "check_qkv", "check_edge_bias", "choose_impl", "IMPLS"]
 
 IMPLS = ("auto", "sdpa", "block", "csr")
 
@@ -43,7 +54,8 @@ def check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
                                  f"{tuple(query.shape)} and {tuple(key.shape)}"))
 
 
-def check_edge_bias(edge_bias: Tensor | None, num_edges: int, heads: int, dtype=None) -> Tensor | None:
+def check_edge_bias(edge_bias: Tensor | None, num_edges: int, heads: int, dtype=None,
+                    check_values: bool = True) -> Tensor | None:
     """Validate ``edge_bias`` of shape ``(E,)`` or ``(E, H)``; return it as ``(E, H)`` or ``(E, 1)``.
 
     Raises
@@ -51,7 +63,8 @@ def check_edge_bias(edge_bias: Tensor | None, num_edges: int, heads: int, dtype=
     TypeError
         Not a floating-point tensor, or not of ``dtype`` (when given).
     ValueError
-        Another shape, or a NaN or ``+inf`` entry.
+        Another shape, or (``check_values``, and not while compiling: the
+        operator checks them then) a NaN or ``+inf`` entry.
     """
     if edge_bias is None:
         return None
@@ -64,50 +77,9 @@ def check_edge_bias(edge_bias: Tensor | None, num_edges: int, heads: int, dtype=
     if edge_bias.dim() != 2 or edge_bias.size(0) != num_edges or edge_bias.size(1) not in (1, heads):
         raise ValueError(f"Expected 'edge_bias' to have shape (E,) or (E, H) = ({num_edges},) or "
                          f"({num_edges}, {heads}) (got {got})")  # the template's shape form (STYLE.md)
-    if edge_bias.numel() and bool((torch.isnan(edge_bias) | torch.isposinf(edge_bias)).any()):
-        raise ValueError(message("edge_bias", "free of NaN and +inf", "a NaN or +inf entry",
-                                 "-inf is allowed and gives the edge weight 0"))
+    if check_values and not torch.compiler.is_compiling():
+        check_bias_values(edge_bias)
     return edge_bias
-
-
-def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_bias: Tensor | None = None,
-                impl: str = "auto") -> str:
-    """The kernel ``attention`` runs for these inputs: ``"sdpa"``, ``"block"`` or ``"csr"``.
-
-    Rules, in order (``impl="auto"``):
-
-    1. ``"sdpa"`` when there is no ``edge_bias`` and the edges are exactly the
-       complete graph or exactly the causal DAG (top-left aligned).
-    2. ``"block"`` when the edges have no duplicates and fill at least
-       ``MIN_FILL`` of the padded ``BLOCK x BLOCK`` tiles.
-    3. ``"csr"`` otherwise (exact for every input).
-
-    A forced ``impl`` skips the cost rule of "block"; a forced kernel that
-    cannot run the graph raises, it never runs another one.
-    Non-finite features do not change the choice: "sdpa" and "block" then run
-    on finite copies and the queries that read a non-finite node are redone
-    exactly on "csr" (see :func:`attention`, Notes).
-
-    Raises
-    ------
-    NotImplementedError
-        A forced ``impl`` that cannot run this graph.
-    """
-    if impl in ("auto", "sdpa") and edge_bias is None and graph.edge_set() is not None:
-        return "sdpa"
-    if impl == "sdpa":
-        raise NotImplementedError(message("edge_index", "the complete graph or the causal DAG (and no "
-                                          "'edge_bias') for impl='sdpa'", "another edge set", "use impl='auto'"))
-    if impl == "csr":
-        return "csr"
-    tiles = graph.tiles() if impl == "auto" else graph.tiles(min_fill=0.0)
-    if tiles is None:
-        if impl == "block":
-            raise NotImplementedError(message("edge_index", "free of duplicates, with a tile table of at most "
-                                              "max(4 E, 2^20) tiles, for impl='block'", "other edges",
-                                              "use impl='csr'"))
-        return "csr"
-    return "block"
 
 
 def attention(
@@ -247,40 +219,126 @@ def attention(
     L, H, D = query.shape
     S = key.size(0)
     scale = resolve_scale(scale, D)
-    graph, chosen, bias = _plan(query, key, value, edge_index, edge_bias, impl)
-    dtype = query.dtype
-    upcast = compute_dtype(dtype) != dtype and (chosen != "sdpa" or need_weights)  # SDPA's fused: native
-    if upcast:  # half types: scores, softmax and sums in float32 (Notes); rounded once at the end
-        query, key, value, bias = (None if t is None else t.float() for t in (query, key, value, bias))
-    if chosen == "sdpa":
-        kind = edge_index.kind if graph is None else graph.edge_set()
-        guards = None if kind == "full" else causal_guards(L, S, query.device) if graph is None else graph_guards(graph)
-        out, alpha = run_sdpa(query, key, value, kind, scale, p, need_weights, guards)  # (L, H, D_v), (H, E)
-    elif chosen == "block":
-        tiles = graph.tiles(min_fill=0.0) if impl == "block" else graph.tiles()
-
-        def kernel(q, k, v, b):
-            return BlockAttention.apply(q, k, v, b, graph, tiles, scale, p, need_weights)
-
-        out, alpha = guarded(kernel, query, key, value, *graph_guards(graph), bias, scale, p)
-    else:
-        out, alpha = CSRAttention.apply(query, key, value, bias, graph, scale, p)
-    if upcast:
-        out, alpha = out.to(dtype), alpha if alpha is None else alpha.to(dtype)
-    if not need_weights:
-        return out, None
-    alpha = alpha.t()  # (E, H) sorted
-    return out, alpha if graph is None else graph.unsort(alpha)  # (L, H, D_v), (E, H) in the caller's order
-
-
-def _plan(query, key, value, edge_index, edge_bias, impl):
-    """``(graph or None, kernel, bias (E, H or 1) sorted or None)``; no graph for a full/causal pattern on "sdpa"."""
-    L, H, _ = query.shape
-    S = key.size(0)
     if not isinstance(edge_index, Tensor) and is_pattern(edge_index):
         if edge_bias is None and impl in ("auto", "sdpa") and L > 0 and S > 0 and edge_index.kind in ("full", "causal"):
-            return None, "sdpa", None  # the edges are never built
-    graph = prepare(edge_index, L, S, device=query.device)
-    edge_bias = check_edge_bias(edge_bias, graph.E, H, dtype=query.dtype)
-    chosen = choose_impl(graph, query, key, value, edge_bias, impl)
-    return graph, chosen, None if edge_bias is None else graph.sort(edge_bias)  # (E, H) or (E, 1)
+            return _pattern_sdpa(query, key, value, edge_index.kind, scale, p, need_weights)  # no edge is built
+        edge_index = pattern_edges(edge_index, L, S, device=query.device)  # (2, E)
+    else:
+        _check_edge_list(edge_index)
+    edge_bias = check_edge_bias(edge_bias, edge_index.size(1), H, dtype=query.dtype, check_values=False)
+    return _edge_attention(query, key, value, edge_index, edge_bias, scale, p, need_weights, impl)
+
+
+def _check_edge_list(edge_index) -> None:
+    """Type and shape of an edge list (its values are checked by the operator, which reads them)."""
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(message("edge_index", "a LongTensor (2, E) or a graphattn.patterns.Pattern",
+                                type(edge_index).__name__))
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"Expected 'edge_index' to have an integer dtype (got {edge_index.dtype}); "
+                        "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"Expected 'edge_index' to have shape (2, E) (got {tuple(edge_index.shape)})")
+
+
+def _edge_attention(query, key, value, edge_index, edge_bias, scale: float, p: float, need_weights: bool, impl: str):
+    """``graphattn::attention`` on an edge list: half types in float32 (Notes), dropout applied to the weights."""
+    dtype = query.dtype
+    acc = compute_dtype(dtype)
+    if acc != dtype:  # half types: scores, softmax and sums in float32 (Notes); rounded once at the end
+        query, key, value, edge_bias = (None if t is None else t.to(acc) for t in (query, key, value, edge_bias))
+    tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, edge_bias))
+    out, alpha, keep = attention_op(query, key, value, edge_index, edge_bias, scale, p, need_weights or tracked, impl)
+    out = out.to(dtype)  # (L, H, D_v)
+    if not need_weights:
+        return out, None
+    return out, apply_keep(alpha, keep if p > 0.0 else None, p).to(dtype)  # (E, H) after dropout, caller's order
+
+
+def _pattern_sdpa(query, key, value, kind: str, scale: float, p: float, need_weights: bool):
+    """A ``"full"``/``"causal"`` pattern on SDPA (PyTorch's autograd), guarded for non-finite features when eager."""
+    L, S = query.size(0), key.size(0)
+    dtype = query.dtype
+    if need_weights and compute_dtype(dtype) != dtype:  # the math path accumulates half types in float32
+        query, key, value = (t.to(compute_dtype(dtype)) for t in (query, key, value))
+    guards = None if kind == "full" or torch.compiler.is_compiling() else causal_guards(L, S, query.device)
+
+    def fix(sub_index, positions):  # the queries that read a non-finite row, exactly, on their own edges
+        out, alpha = _edge_attention(query, key, value, sub_index, None, scale, p, True, "csr")
+        return out, alpha.t(), None  # (L, H, D_v), (H, E')
+
+    out, alpha = run_sdpa(query, key, value, kind, scale, p, need_weights, guards, fix)  # (L, H, D_v), (H, E)
+    return out.to(dtype), None if alpha is None else alpha.t().to(dtype)  # (E, H), sorted = the pattern's order
+
+
+def batched_attention(query: Tensor, key: Tensor, value: Tensor, pattern, batch: Tensor, *,
+                      scale: float | None = None, dropout: float = 0.0, training: bool = True,
+                      need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    """``pattern`` within each graph of a PyG batch: node i reads only nodes of its own graph.
+
+    Parameters
+    ----------
+    query, key, value : Tensor, shape (N, H, D), (N, H, D), (N, H, D_v)
+        One row per node (self-attention inside each graph: L = S = N).
+    pattern : graphattn.patterns.Pattern
+        Connectivity inside each graph; ``full()`` and ``causal()`` run the
+        ragged kernel (:mod:`graphattn.ops.ragged`), other patterns their per-graph edges.
+    batch : Tensor, shape (N,)
+        PyG's ``batch`` vector (sorted graph index of each node).
+    scale : float, optional
+        Default ``1 / sqrt(D)``.
+    dropout : float, default 0.0
+    training : bool, default True
+    need_weights : bool, default False
+        Also return ``alpha (E, H)`` over the edges of
+        ``graphs.batch_sequences(counts, pattern)`` (target-major inside each graph).
+
+    Returns
+    -------
+    output : Tensor, shape (N, H, D_v)
+    alpha : Tensor, shape (E, H), or None
+
+    Raises
+    ------
+    ValueError
+        A ``batch`` that is not a sorted ``(N,)`` vector, or ``L != S``.
+    NotImplementedError
+        A pattern that has no per-graph edges (e.g. one fixed to a length).
+
+    Notes
+    -----
+    Under ``torch.compile`` the full and causal patterns without weights are
+    one ``graphattn::ragged_attention`` operator (``fullgraph=True`` holds;
+    its backward recomputes the forward). Other patterns, and the weights,
+    need the graph sizes on the host: they run eagerly inside the compiled
+    model (a graph break, so ``fullgraph=True`` refuses them).
+    """
+    check_qkv(query, key, value)
+    N, H, D = query.shape
+    if key.size(0) != N:
+        raise ValueError(message("key", f"one row per node, N = {N} (attention within each graph)",
+                                 f"shape {tuple(key.shape)}"))
+    check_tensor("batch", batch, dim=1, shape_text="(N,)")
+    dropout = check_probability("dropout", dropout)
+    p = dropout if check_bool("training", training) else 0.0
+    scale = 1.0 / math.sqrt(D) if scale is None else float(check_float("scale", scale))
+    kind = getattr(pattern, "kind", None)
+    if kind not in RAGGED_KINDS or check_bool("need_weights", need_weights):
+        return _batched_on_edges(query, key, value, pattern, batch, scale, p, need_weights)
+    causal = kind == "causal"
+    if torch.compiler.is_compiling():  # one opaque operator; batch is validated inside, where it is read
+        seed = torch.randint(0, 2 ** 62, (), dtype=torch.long) if p > 0.0 else torch.zeros((), dtype=torch.long)
+        return ragged_attention_op(query, key, value, batch, causal, scale, p, seed), None
+    return ragged_forward(query, key, value, batch, causal, scale, p), None
+
+
+@torch.compiler.disable
+def _batched_on_edges(query, key, value, pattern, batch, scale: float, p: float, need_weights: bool):
+    """Patterns other than full/causal (their per-graph edges), or the weights: the sizes are read on the host."""
+    counts = group_sizes(batch, query.size(0))  # (B,)
+    if getattr(pattern, "kind", None) in RAGGED_KINDS and query.size(0) and fits_one_padded_call(counts):
+        return padded_attention(query, key, value, batch.long(), counts, pattern.kind == "causal", scale, p, True)
+    if query.size(0) == 0:
+        return value.new_zeros(0, query.size(1), value.size(-1)), value.new_zeros(0, query.size(1))
+    edges = per_graph_edges(counts, pattern).to(query.device)  # (2, E): the pattern inside each graph
+    return attention(query, key, value, edges, scale=scale, dropout=p, training=p > 0.0, need_weights=need_weights)

@@ -13,8 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from graphattn.ops.csr import CSRAttention
-from graphattn.ops.shared import compute_dtype
+from graphattn.ops.csr import csr_forward
 from graphattn.ops.structure import _Graph
 
 
@@ -29,27 +28,39 @@ def _bad_rows(x: Tensor) -> Tensor:
     return ~torch.isfinite(x).flatten(1).all(1)
 
 
-def guarded(kernel, query, key, value, readers, sub_edges, bias, scale, p):
-    """``kernel(q, k, v, bias) -> (out (L, H, D_v), alpha (H, E) sorted)``, exact for non-finite features.
+def guarded(kernel, fix, query, key, value, readers, sub_edges):
+    """``kernel(q, k, v) -> (out (L, H, D_v), alpha (H, E) or (H, 0), keep (H, E) or None)``, exact for
+    non-finite features.
 
     ``readers(bad_kv (S,)) -> (L,)`` marks the queries that read a non-finite
     key or value row; ``sub_edges(affected (L,)) -> (edge_index (2, E'),
-    positions (E',))`` lists their edges, positions in sorted edge order.
+    positions (E',))`` lists their edges, positions in sorted edge order;
+    ``fix(sub_index, positions)`` runs the exact CSR kernel on those edges with
+    the original features and returns the same triple over the E' edges.
     """
     if finite(query, key, value):
-        return kernel(query, key, value, bias)
+        return kernel(query, key, value)
     affected = _bad_rows(query) | readers(_bad_rows(key) | _bad_rows(value))  # (L,)
     clean = [torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0) for t in (query, key, value)]
-    out, alpha = kernel(*clean, bias)  # (L, H, D_v), (H, E)
+    out, alpha, keep = kernel(*clean)  # (L, H, D_v), (H, E), (H, E) or None
     sub_index, positions = sub_edges(affected)  # (2, E'), (E',)
-    sub = _Graph(sub_index, query.size(0), key.size(0))
-    acc = compute_dtype(query.dtype)  # half types (SDPA's fused path) in float32: CPU sparse kernels lack them
-    wide = [None if t is None else t.to(acc) for t in (query, key, value, None if bias is None else bias[positions])]
-    fix_out, fix_alpha = (t.to(query.dtype) for t in CSRAttention.apply(*wide, sub, scale, p))  # (L, H, D_v), (H, E')
-    out = torch.where(affected[:, None, None], fix_out, out)  # (L, H, D_v)
+    fix_out, fix_alpha, fix_keep = fix(sub_index, positions)  # (L, H, D_v), (H, E'), (H, E') or None
+    out = torch.where(affected[:, None, None], fix_out.to(out.dtype), out)  # (L, H, D_v)
     if alpha.size(1):
-        alpha = alpha.index_copy(1, positions, fix_alpha)  # (H, E)
-    return out, alpha
+        alpha = alpha.index_copy(1, positions, fix_alpha.to(alpha.dtype))  # (H, E)
+    if keep is not None:
+        keep = keep.index_copy(1, positions, fix_keep)  # (H, E)
+    return out, alpha, keep
+
+
+def csr_fix(query, key, value, bias, scale: float, p: float):
+    """The ``fix`` of :func:`guarded` inside the operators: :func:`csr_forward` on the sub-graph."""
+    def fix(sub_index, positions):
+        sub = _Graph(sub_index, query.size(0), key.size(0))
+        sub_bias = None if bias is None else bias[positions]  # (E', H or 1)
+        return csr_forward(sub, query, key, value, sub_bias, scale, p)
+
+    return fix
 
 
 def graph_guards(graph: _Graph):

@@ -21,17 +21,15 @@ edges per graph (:func:`graphattn.graphs.batch_sequences`).
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from graphattn.graphs import batch_sequences
-from graphattn.ops.dispatch import attention, check_qkv
+from graphattn.ops.sdpa import sdpa
 from graphattn.validate import check_tensor, message
 
-__all__ = ["batched_attention", "group_sizes", "per_graph_edges"]
+__all__ = ["ragged_forward", "group_sizes", "per_graph_edges", "padded_attention"]
 
 RAGGED_KINDS = ("full", "causal")
 MAX_PADDING = 4.0  # one padded call while B * T^2 <= this many times sum(n_b^2); else graphs grouped by size
@@ -90,89 +88,96 @@ def _pad(x: Tensor, flat: Tensor, B: int, T: int) -> Tensor:
     return padded.view(B, T, *x.shape[1:]).transpose(1, 2)  # (B, H, T, D)
 
 
-def batched_attention(query: Tensor, key: Tensor, value: Tensor, pattern, batch: Tensor, *,
-                      scale: float | None = None, dropout: float = 0.0, training: bool = True,
-                      need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-    """``pattern`` within each graph of a PyG batch: node i reads only nodes of its own graph.
+def ragged_forward(query: Tensor, key: Tensor, value: Tensor, batch: Tensor, causal: bool, scale: float,
+                   p: float, seed: int | None = None) -> Tensor:
+    """The ragged kernel: full (or causal) attention within each graph of ``batch``, ``out (N, H, D_v)``.
 
-    Parameters
-    ----------
-    query, key, value : Tensor, shape (N, H, D), (N, H, D), (N, H, D_v)
-        One row per node (self-attention inside each graph: L = S = N).
-    pattern : graphattn.patterns.Pattern
-        Connectivity inside each graph; ``full()`` and ``causal()`` run the
-        ragged kernel, other patterns their per-graph edges.
-    batch : Tensor, shape (N,)
-        PyG's ``batch`` vector (sorted graph index of each node).
-    scale : float, optional
-        Default ``1 / sqrt(D)``.
-    dropout : float, default 0.0
-    training : bool, default True
-    need_weights : bool, default False
-        Also return ``alpha (E, H)`` over the edges of
-        ``graphs.batch_sequences(counts, pattern)`` (target-major inside each graph).
-
-    Returns
-    -------
-    output : Tensor, shape (N, H, D_v)
-    alpha : Tensor, shape (E, H), or None
-
-    Raises
-    ------
-    ValueError
-        A ``batch`` that is not a sorted ``(N,)`` vector, or ``L != S``.
-    NotImplementedError
-        A pattern that has no per-graph edges (e.g. one fixed to a length).
+    One padded SDPA call, or one per size class when the sizes are uneven
+    (module docstring). Validates ``batch`` (:func:`group_sizes`). With a
+    ``seed`` (the operator's path) dropout's mask is drawn from it explicitly
+    (SDPA's math), so that :func:`ragged_backward` can redraw it.
     """
-    check_qkv(query, key, value)
-    N, H, D = query.shape
-    if key.size(0) != N:
-        raise ValueError(message("key", f"one row per node, N = {N} (attention within each graph)",
-                                 f"shape {tuple(key.shape)}"))
+    N, H, _ = query.shape
     counts = group_sizes(batch, N)  # (B,)
-    kind = getattr(pattern, "kind", None)
-    if kind not in RAGGED_KINDS:
-        edge_index = per_graph_edges(counts, pattern)  # (2, E): the pattern inside each graph
-        return attention(query, key, value, edge_index.to(query.device), scale=scale, dropout=dropout,
-                         training=training, need_weights=need_weights)
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    p = dropout if training else 0.0
-    causal = kind == "causal"
     if N == 0:
-        return value.new_zeros(0, H, value.size(-1)), (value.new_zeros(0, H) if need_weights else None)
-    longest = int(counts.max())
-    if counts.numel() * longest ** 2 <= MAX_PADDING * int((counts * counts).sum()):
-        return _padded_attention(query, key, value, batch.long(), counts, causal, scale, p, need_weights)
-    if need_weights:  # sizes too uneven for one padded batch, and alpha needs the edges anyway
-        return attention(query, key, value, per_graph_edges(counts, pattern).to(query.device), scale=scale,
-                         dropout=dropout, training=training, need_weights=True)
-    return _grouped_attention(query, key, value, batch.long(), counts, causal, scale, p)
+        return value.new_zeros(0, H, value.size(-1))
+    out = None
+    for n, (nodes, sub_batch, sub_counts) in enumerate(_calls(batch.long(), counts)):
+        parts = [t if nodes is None else t[nodes] for t in (query, key, value)]  # (N_g, H, d)
+        keep_seed = None if seed is None or p == 0.0 else int(seed) + n
+        sub = padded_attention(*parts, sub_batch, sub_counts, causal, scale, p, False, keep_seed)[0]  # (N_g, H, D_v)
+        if nodes is None:
+            return sub
+        out = (value.new_zeros(value.shape) if out is None else out).index_copy(0, nodes, sub)  # (N, H, D_v)
+    return out
 
 
-def _grouped_attention(query, key, value, batch, counts, causal: bool, scale: float, p: float):
-    """Graphs grouped by size (within a factor 2, so each group's padding is at most 4x its work), one
-    padded call per group."""
+def ragged_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, batch: Tensor, causal: bool,
+                    scale: float, p: float, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``dq, dk, dv`` of :func:`ragged_forward` with the same ``seed``: the math recomputed per padded call."""
+    counts = group_sizes(batch, query.size(0))  # (B,)
+    grads = [torch.zeros_like(t) for t in (query, key, value)]
+    if query.size(0) == 0:
+        return tuple(grads)
+    for n, (nodes, sub_batch, sub_counts) in enumerate(_calls(batch.long(), counts)):
+        parts = [t if nodes is None else t[nodes] for t in (grad_out, query, key, value)]  # (N_g, H, d)
+        keep_seed = None if p == 0.0 else int(seed) + n
+        subs = padded_backward(*parts, sub_batch, sub_counts, causal, scale, p, keep_seed)  # (N_g, H, d) each
+        if nodes is None:
+            return subs
+        grads = [g.index_copy(0, nodes, sub) for g, sub in zip(grads, subs)]
+    return tuple(grads)
+
+
+def fits_one_padded_call(counts: Tensor) -> bool:
+    """True when one padded call costs at most ``MAX_PADDING`` times the work (else size classes)."""
+    return counts.numel() * int(counts.max()) ** 2 <= MAX_PADDING * int((counts * counts).sum())
+
+
+def _calls(batch: Tensor, counts: Tensor) -> list[tuple[Tensor | None, Tensor, Tensor]]:
+    """``(nodes or None, batch, counts)`` of each padded call: all graphs at once, or grouped by size (within a
+    factor 2, so each group's padding is at most 4x its work)."""
+    if fits_one_padded_call(counts):
+        return [(None, batch, counts)]
     group = torch.log2(counts.clamp(min=1).double()).ceil().long()  # (B,) size class of each graph
-    out = value.new_zeros(value.shape)  # (N, H, D_v)
+    calls = []
     for g in torch.unique(group).tolist():
         members = group == g  # (B,)
         nodes = members[batch].nonzero().squeeze(1)  # (N_g,) their nodes, graph after graph
         renumber = members.long().cumsum(0) - 1  # (B,) graph index inside the group
-        sub, _ = _padded_attention(query[nodes], key[nodes], value[nodes], renumber[batch[nodes]],
-                                   counts[members], causal, scale, p, False)  # (N_g, H, D_v)
-        out = out.index_copy(0, nodes, sub)  # (N, H, D_v)
-    return out, None
+        calls.append((nodes, renumber[batch[nodes]], counts[members]))
+    return calls
 
 
-def _padded_attention(query, key, value, batch, counts, causal: bool, scale: float, p: float, need_weights: bool):
+def _visible(valid: Tensor, causal: bool) -> Tensor:
+    """``(B, 1 or T, T)``: the keys each query of a graph reads (a padding query reads them too; dropped)."""
+    visible = valid[:, None, :]  # (B, 1, T)
+    if causal:
+        T = valid.size(1)
+        visible = visible & torch.ones(T, T, dtype=torch.bool, device=valid.device).tril()  # (B, T, T)
+    return visible
+
+
+def _keep(shape, p: float, seed: int, device) -> Tensor:
+    """Dropout's keep mask drawn from its own generator seeded with ``seed`` (the same in forward and backward)."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return torch.empty(shape, device=device).bernoulli_(1.0 - p, generator=generator).bool()
+
+
+def _unpad(x: Tensor, flat: Tensor) -> Tensor:
+    """``(B, H, T, d) -> (N, H, d)``: the rows of the real nodes (inverse of :func:`_pad`)."""
+    B, H, T, d = x.shape
+    return x.transpose(1, 2).reshape(B * T, H, d).index_select(0, flat)  # (N, H, d)
+
+
+def padded_attention(query, key, value, batch, counts, causal: bool, scale: float, p: float, need_weights: bool,
+                     keep_seed: int | None = None):
     """One SDPA call on the padded ``(B, H, T, D)`` layout with the key padding (and causal) mask."""
-    H = query.size(1)
     B = counts.numel()
     flat, valid, T = _padded_layout(batch, counts)  # (N,), (B, T)
-    visible = valid[:, None, :]  # (B, 1, T): keys of each graph (a padding query reads them too; dropped)
-    if causal:
-        visible = visible & torch.ones(T, T, dtype=torch.bool, device=valid.device).tril()  # (B, T, T)
+    visible = _visible(valid, causal)  # (B, 1 or T, T)
     q, k, v = (_pad(t, flat, B, T) for t in (query, key, value))  # (B, H, T, D)
+    alpha = None
     if need_weights:
         score = torch.einsum("bhtd,bhsd->bhts", q, k) * scale  # (B, H, T, D) · (B, H, T, D) -> (B, H, T, T)
         w = score.masked_fill(~visible[:, None], float("-inf")).softmax(dim=-1)  # (B, H, T, T)
@@ -182,7 +187,28 @@ def _padded_attention(query, key, value, batch, counts, causal: bool, scale: flo
         alpha = w.permute(0, 2, 3, 1)[edges]  # (E, H), graph, target, source order = batch_sequences'
     else:
         mask = visible[:, None] | ~valid.any(1)[:, None, None, None]  # (B, 1, T or 1, T); empty graphs: no NaN
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scale)  # (B, H, T, D_v)
-        alpha = None
-    out = out.transpose(1, 2).reshape(B * T, H, value.size(-1)).index_select(0, flat)  # (N, H, D_v)
-    return out, alpha
+        if keep_seed is None:
+            out = sdpa(q, k, v, attn_mask=mask, dropout_p=p, scale=scale)  # (B, H, T, D_v)
+        else:  # the math with a seeded mask (the operator's backward redraws it)
+            w = (q @ k.mT * scale).masked_fill(~mask, float("-inf")).softmax(-1)  # (B, H, T, T)
+            out = (w * _keep(w.shape, p, keep_seed, w.device) / (1.0 - p)) @ v  # (B, H, T, T) @ (B, H, T, D_v)
+    return _unpad(out, flat), alpha  # (N, H, D_v), (E, H) or None
+
+
+def padded_backward(grad_out, query, key, value, batch, counts, causal: bool, scale: float, p: float,
+                    keep_seed: int | None):
+    """``dq, dk, dv (N, H, d)`` of one :func:`padded_attention` call (no weights), the probabilities recomputed."""
+    B = counts.numel()
+    flat, valid, T = _padded_layout(batch, counts)  # (N,), (B, T)
+    mask = _visible(valid, causal)[:, None] | ~valid.any(1)[:, None, None, None]  # (B, 1, T or 1, T)
+    q, k, v, g = (_pad(t, flat, B, T) for t in (query, key, value, grad_out))  # (B, H, T, d)
+    w = (q @ k.mT * scale).masked_fill(~mask, float("-inf")).softmax(-1)  # (B, H, T, T)
+    keep = None if keep_seed is None else _keep(w.shape, p, keep_seed, w.device).to(w.dtype) / (1.0 - p)
+    d_w = g @ v.mT  # (B, H, T, D_v) @ (B, H, D_v, T) -> (B, H, T, T): dL/d dropped weights
+    if keep is not None:
+        d_w = d_w * keep
+    ds = w * (d_w - (w * d_w).sum(-1, keepdim=True))  # (B, H, T, T): softmax backward
+    dq = ds @ k * scale  # (B, H, T, T) @ (B, H, T, D) -> (B, H, T, D)
+    dk = ds.mT @ q * scale  # (B, H, T, T) @ (B, H, T, D) -> (B, H, T, D)
+    dv = (w if keep is None else w * keep).mT @ g  # (B, H, T, T) @ (B, H, T, D_v) -> (B, H, T, D_v)
+    return _unpad(dq, flat), _unpad(dk, flat), _unpad(dv, flat)

@@ -1,19 +1,20 @@
 """The sorted structure of a graph: CSR by target, its transpose, the tile layout, and their cache.
 
-Built once per ``edge_index`` tensor or pattern object (:func:`prepare`) and
-kept while it lives; the cache is safe under concurrent use (one lock around
-lookup, insert and eviction, and around the lazily built parts of a graph).
+Built once per graph (:func:`prepare`) and kept in the one content-verified
+cache of :mod:`graphattn.cache`; safe under concurrent use (the cache's lock
+around lookup, insert and eviction, and ``_LOCK`` around the lazily built
+parts of a graph).
 """
 
 from __future__ import annotations
 
 import threading
-import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphattn.cache import ContentCache
 from graphattn.graphs import check_edge_index
 from graphattn.patterns import is_pattern
 from graphattn.validate import check_int, message
@@ -24,7 +25,7 @@ TILE_FLOATS = 1 << 19  # scores per head and chunk in the block kernel (2 MiB in
 HEAD_BLOCK_ENTRIES = 1 << 24  # graphs with H E up to this keep their block-diagonal CSR indices (64 MiB in int32)
 CACHE_SIZE = 8  # default number of graphs the structure cache keeps (see set_cache_size)
 
-_LOCK = threading.RLock()  # guards _CACHE, _cache_size and every graph's lazily built parts
+_LOCK = threading.RLock()  # guards every graph's lazily built parts
 
 
 class _Graph:
@@ -231,66 +232,51 @@ class _Tiles:
 
 
 # ------------------------------------------------------------------------------------------------
-# the cache: id(edge_index or pattern) -> (weakref, key, graph), at most cache_size() entries
+# the cache: one graphattn.cache.ContentCache, verified by content (a .data write is never served stale)
 
-_CACHE: dict[int, tuple] = {}
-_cache_size = CACHE_SIZE
+_CACHE = ContentCache("graphattn.ops structure cache", CACHE_SIZE, "graphattn.ops.set_cache_size(n)")
+_PATTERN_EDGES = ContentCache("graphattn.ops pattern-edge cache", CACHE_SIZE, "graphattn.ops.set_cache_size(n)")
 
 
 def set_cache_size(n: int) -> None:
-    """Keep at most ``n`` graph structures (default ``CACHE_SIZE`` = 8); the oldest are dropped first.
+    """Keep at most ``n`` graph structures (default ``CACHE_SIZE`` = 8); the least recently used go first.
 
     Raise it when a model attends over more distinct graphs per step than that
-    (heterogeneous models: one graph per edge type). ``n = 0`` disables caching.
+    (heterogeneous models: one graph per edge type); the cache warns once when
+    it keeps rebuilding graphs it has just evicted. ``n = 0`` disables caching.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``n`` not a non-negative int.
     """
-    global _cache_size
     n = check_int("n", n, low=0)
-    with _LOCK:
-        _cache_size = n
-        _evict()
+    _CACHE.resize(n)
+    _PATTERN_EDGES.resize(n)
 
 
 def cache_size() -> int:
     """The number of graph structures the cache keeps (see :func:`set_cache_size`)."""
-    return _cache_size
+    return _CACHE.size
 
 
-def _evict() -> None:
-    while len(_CACHE) > _cache_size:  # insertion order: the oldest first
-        _CACHE.pop(next(iter(_CACHE)), None)
-
-
-def _cached_graph(obj, key: tuple, build) -> _Graph:
-    """The structure of ``obj`` (an edge_index tensor or a pattern), built once while ``obj`` lives.
-
-    ``key`` holds what the structure depends on besides identity (sizes, device,
-    and the tensor's version counter, which in-place edits bump).
-    """
-    oid = id(obj)
-    with _LOCK:
-        entry = _CACHE.get(oid)
-        if entry is not None and entry[0]() is obj and entry[1] == key:
-            return entry[2]
-        graph = build()
-
-        def forget(ref, oid=oid):  # obj died: drop its entry (a weakref callback, any thread)
-            with _LOCK:
-                if _CACHE.get(oid, (None,))[0] is ref:
-                    del _CACHE[oid]
-
-        _CACHE.pop(oid, None)  # re-inserted last: eviction drops the least recently built
-        _CACHE[oid] = (weakref.ref(obj, forget), key, graph)
-        _evict()
-        return graph
+@torch.compiler.disable  # a host-side cache: under torch.compile a graph break (pass the edges as a tensor)
+def pattern_edges(pattern, num_targets: int, num_sources: int, device=None) -> Tensor:
+    """``pattern.edge_index(L, S)`` on ``device``, built once per pattern object and sizes (patterns are immutable)."""
+    L, S = num_targets, num_sources
+    return _PATTERN_EDGES.get(("pattern", L, S, str(device)), (), lambda: pattern.edge_index(L, S).to(device),
+                              owners=(pattern,))
 
 
 def prepare(edge_index, num_targets: int, num_sources: int | None = None, device=None) -> _Graph:
     """Sort and index the edges once (CSR by target, tile layout) for :func:`attention`.
 
-    :func:`attention` calls this itself and keeps the result while
-    ``edge_index`` (tensor or pattern) lives and is not modified in place, so
-    several layers on one graph pay for it once. Call it directly to time it.
-    Safe to call from several threads at once.
+    :func:`attention` calls this itself and keeps the result in one
+    least-recently-used cache of :func:`cache_size` graphs, verified by
+    content: several layers on one graph pay for it once, and a tensor edited
+    in any way (in place, through ``.data`` or a NumPy view) is never served
+    the old structure. Call it directly to time it. Safe to call from
+    several threads at once.
 
     Parameters
     ----------
@@ -320,13 +306,9 @@ def prepare(edge_index, num_targets: int, num_sources: int | None = None, device
             check_edge_index(edge_index, S, L)
             return _Graph(edge_index, L, S)
 
-        if edge_index.is_inference():  # no version counter to notice in-place edits: build every time
-            return build()
-        key = (L, S, edge_index.device, tuple(edge_index.shape), edge_index.data_ptr(), edge_index._version)
-        return _cached_graph(edge_index, key, build)
+        return _CACHE.get(("edges", L, S), (edge_index,), build)
     if not is_pattern(edge_index):
         raise TypeError(message("edge_index", "a LongTensor (2, E) or a graphattn.patterns.Pattern",
                                 type(edge_index).__name__))
     pattern = edge_index
-    return _cached_graph(pattern, (L, S, str(device), getattr(pattern, "name", None)),
-                         lambda: _Graph(pattern.edge_index(L, S).to(device), L, S))
+    return prepare(pattern_edges(pattern, L, S, device), L, S)

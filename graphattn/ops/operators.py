@@ -1,0 +1,321 @@
+"""The kernels as ``torch.library`` operators (namespace ``graphattn``), with fake implementations and autograd.
+
+``torch.compile`` and ``torch.export`` see one opaque operator per kernel call,
+the way they see ``aten::_scaled_dot_product_flash_attention``: the fake
+implementations give the output shapes from the input shapes alone, so
+nothing data-dependent (sorting the edges, the kernel choice, the tile
+layout, the non-finite guard, the structure cache) is traced, and the fast
+path is what a compiled model runs.
+
+- ``graphattn::attention(query, key, value, edge_index, edge_bias, scale,
+  dropout, need_alpha, impl) -> (out (L, H, D_v), alpha (E, H), keep (E, H))``:
+  the structure of ``edge_index`` (from the content-verified cache of
+  :mod:`graphattn.ops.structure`), the kernel :func:`choose_impl` picks, the
+  weights before dropout in the caller's edge order (``(0, H)`` unless
+  ``need_alpha``) and dropout's keep mask (``(0, H)`` unless ``dropout > 0``
+  and ``need_alpha``).
+- ``graphattn::attention_backward(...) -> (dq, dk, dv, d_score (E, H))``: the
+  hand-written backward of the same kernel, from the saved weights.
+- ``graphattn::ragged_attention(query, key, value, batch, causal, scale,
+  dropout, seed) -> out (N, H, D_v)`` and its backward: attention within each
+  graph of a PyG batch (:mod:`graphattn.ops.ragged`); used under
+  ``torch.compile`` (eager runs the same kernel under PyTorch's autograd). Its
+  backward recomputes the probabilities (one more ``q k^T`` per call) and
+  redraws dropout's mask from the forward's seed.
+
+Second derivatives (``create_graph=True``: gradient penalties, MAML,
+Hessian-vector products) are right: when the backward of
+``graphattn::attention`` runs with grad mode on, it is computed with
+differentiable PyTorch operations instead (the readable per-edge
+formulation, the same segment softmax; O(E H D) memory), whose own backward
+reaches ``alpha`` and through it this operator again, so every order is
+exact. The ragged operator's backward refuses ``create_graph=True`` with an
+error naming the way out.
+
+Registering these operators at import is the one global effect of
+``graphattn.ops``: it touches only the ``graphattn`` namespace (as
+``torchvision`` registers ``torchvision::nms``) and is what lets
+``torch.export`` programs name the operators.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from graphattn.ops.block import block_backward, block_forward
+from graphattn.ops.csr import csr_backward, csr_forward
+from graphattn.ops.guard import csr_fix, finite, graph_guards, guarded
+from graphattn.ops.ragged import ragged_backward, ragged_forward
+from graphattn.ops.sdpa import dense_backward, dense_forward
+from graphattn.ops.shared import apply_keep
+from graphattn.ops.softmax import segment_softmax
+from graphattn.ops.structure import _Graph, prepare
+from graphattn.validate import message
+
+__all__ = ["choose_impl", "attention_op", "attention_backward_op", "ragged_attention_op", "OPERATORS"]
+
+OPERATORS = ("graphattn::attention", "graphattn::attention_backward", "graphattn::ragged_attention",
+             "graphattn::ragged_attention_backward")
+
+
+def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_bias: Tensor | None = None,
+                impl: str = "auto") -> str:
+    """The kernel ``attention`` runs for these inputs: ``"sdpa"``, ``"block"`` or ``"csr"``.
+
+    Rules, in order (``impl="auto"``):
+
+    1. ``"sdpa"`` when there is no ``edge_bias`` and the edges are exactly the
+       complete graph or exactly the causal DAG (top-left aligned).
+    2. ``"block"`` when the edges have no duplicates and fill at least
+       ``MIN_FILL`` of the padded ``BLOCK x BLOCK`` tiles.
+    3. ``"csr"`` otherwise (exact for every input).
+
+    A forced ``impl`` skips the cost rule of "block"; a forced kernel that
+    cannot run the graph raises, it never runs another one.
+    Non-finite features do not change the choice: "sdpa" and "block" then run
+    on finite copies and the queries that read a non-finite node are redone
+    exactly on "csr" (see :func:`graphattn.attention`, Notes).
+
+    Raises
+    ------
+    NotImplementedError
+        A forced ``impl`` that cannot run this graph.
+    """
+    if impl in ("auto", "sdpa") and edge_bias is None and graph.edge_set() is not None:
+        return "sdpa"
+    if impl == "sdpa":
+        raise NotImplementedError(message("edge_index", "the complete graph or the causal DAG (and no "
+                                          "'edge_bias') for impl='sdpa'", "another edge set", "use impl='auto'"))
+    if impl == "csr":
+        return "csr"
+    tiles = graph.tiles() if impl == "auto" else graph.tiles(min_fill=0.0)
+    if tiles is None:
+        if impl == "block":
+            raise NotImplementedError(message("edge_index", "free of duplicates, with a tile table of at most "
+                                              "max(4 E, 2^20) tiles, for impl='block'", "other edges",
+                                              "use impl='csr'"))
+        return "csr"
+    return "block"
+
+
+def check_bias_values(edge_bias: Tensor | None) -> None:
+    """Refuse a NaN or ``+inf`` in ``edge_bias`` (ValueError); ``-inf`` removes an edge's weight."""
+    if edge_bias is not None and edge_bias.numel() and bool((torch.isnan(edge_bias) | torch.isposinf(edge_bias)).any()):
+        raise ValueError(message("edge_bias", "free of NaN and +inf", "a NaN or +inf entry",
+                                 "-inf is allowed and gives the edge weight 0"))
+
+
+def _tiles(graph: _Graph, impl: str):
+    return graph.tiles(min_fill=0.0) if impl == "block" else graph.tiles()
+
+
+def _empty(like: Tensor, heads: int, dtype=None) -> Tensor:
+    return torch.empty(0, heads, dtype=dtype or like.dtype, device=like.device)  # (0, H)
+
+
+# ------------------------------------------------------------------------------------------------
+# graphattn::attention
+
+
+@torch.library.custom_op("graphattn::attention", mutates_args=())
+def attention_op(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, edge_bias: Optional[Tensor],
+                 scale: float, dropout: float, need_alpha: bool, impl: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention along ``edge_index``: ``out (L, H, D_v)``, ``alpha (E, H)`` and ``keep (E, H)`` (see module)."""
+    L, H, _ = query.shape
+    S = key.size(0)
+    check_bias_values(edge_bias)
+    graph = prepare(edge_index, L, S, device=query.device)
+    chosen = choose_impl(graph, query, key, value, edge_bias, impl)
+    bias = None if edge_bias is None else graph.sort(edge_bias)  # (E, H or 1) sorted
+    p = dropout
+    fix = csr_fix(query, key, value, bias, scale, p)
+    if chosen == "sdpa":
+        kind = graph.edge_set()
+
+        def kernel(q, k, v):
+            return dense_forward(kind, q, k, v, scale, p, need_alpha)
+
+        out, alpha, keep = (kernel(query, key, value) if kind == "full"
+                            else guarded(kernel, fix, query, key, value, *graph_guards(graph)))
+    elif chosen == "block":
+        tiles = _tiles(graph, impl)
+
+        def kernel(q, k, v):
+            return block_forward(graph, tiles, q, k, v, bias, scale, p, need_alpha)
+
+        out, alpha, keep = guarded(kernel, fix, query, key, value, *graph_guards(graph))
+    else:
+        out, alpha, keep = csr_forward(graph, query, key, value, bias, scale, p)
+    alpha = graph.unsort(alpha.t()).contiguous() if need_alpha else _empty(query, H)  # (E, H) caller's order
+    keep = (graph.unsort(keep.t()).contiguous() if need_alpha and keep is not None
+            else _empty(query, H, torch.bool))  # (E, H)
+    return out.contiguous(), alpha, keep
+
+
+@attention_op.register_fake
+def _(query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl):
+    L, H, _ = query.shape
+    E = edge_index.size(1)
+    out = query.new_empty(L, H, value.size(2))
+    alpha = query.new_empty(E if need_alpha else 0, H)
+    keep = query.new_empty(E if need_alpha and dropout > 0.0 else 0, H, dtype=torch.bool)
+    return out, alpha, keep
+
+
+@torch.library.custom_op("graphattn::attention_backward", mutates_args=())
+def attention_backward_op(grad_out: Tensor, grad_alpha: Optional[Tensor], query: Tensor, key: Tensor, value: Tensor,
+                          edge_index: Tensor, edge_bias: Optional[Tensor], alpha: Tensor, keep: Optional[Tensor],
+                          scale: float, dropout: float, impl: str, need_ds: bool
+                          ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``dq (L, H, D)``, ``dk (S, H, D)``, ``dv (S, H, D_v)`` and ``d score (E, H)`` (``(0, H)`` unless ``need_ds``)."""
+    L, H, _ = query.shape
+    S = key.size(0)
+    graph = prepare(edge_index, L, S, device=query.device)
+    chosen = choose_impl(graph, query, key, value, edge_bias, impl)  # the forward's choice (same inputs)
+    sorted_alpha = graph.sort(alpha).t()  # (H, E)
+    sorted_keep = None if keep is None else graph.sort(keep).t()  # (H, E)
+    sorted_grad_alpha = None if grad_alpha is None else graph.sort(grad_alpha).t()  # (H, E)
+    args = (query, key, value, sorted_alpha, sorted_keep, dropout, grad_out, sorted_grad_alpha, scale)
+    if chosen != "csr" and not finite(query, key, value):  # the forward was guarded: exact along the edges
+        chosen = "csr"
+    if chosen == "sdpa":
+        dq, dk, dv, ds = dense_backward(graph.edge_set(), *args, need_ds=need_ds)
+    elif chosen == "block":
+        dq, dk, dv, ds = block_backward(graph, _tiles(graph, impl), *args, need_ds=need_ds)
+    else:
+        dq, dk, dv, ds = csr_backward(graph, *args)
+    ds = graph.unsort(ds.t()).contiguous() if need_ds else _empty(query, H)  # (E, H) caller's order
+    return dq.contiguous(), dk.contiguous(), dv.contiguous(), ds
+
+
+@attention_backward_op.register_fake
+def _(grad_out, grad_alpha, query, key, value, edge_index, edge_bias, alpha, keep, scale, dropout, impl, need_ds):
+    H = query.size(1)
+    return (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value),
+            query.new_empty(edge_index.size(1) if need_ds else 0, H))
+
+
+def _setup_attention(ctx, inputs, output):
+    query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl = inputs
+    _, alpha, keep = output
+    ctx.save_for_backward(query, key, value, edge_index, edge_bias, alpha, keep)
+    ctx.scale, ctx.dropout, ctx.impl = scale, dropout, impl
+
+
+def _attention_backward(ctx, grad_out, grad_alpha, _grad_keep):
+    query, key, value, edge_index, edge_bias, alpha, keep = ctx.saved_tensors
+    if grad_alpha is not None and grad_alpha.numel() == 0:
+        grad_alpha = None
+    keep = keep if keep.numel() else None
+    if grad_out is None:
+        grad_out = value.new_zeros(query.size(0), *value.shape[1:])
+    needs = ctx.needs_input_grad
+    if torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
+        return _differentiable_backward(query, key, value, edge_index, edge_bias, keep, ctx.scale, ctx.dropout,
+                                        grad_out, grad_alpha, needs)
+    need_ds = edge_bias is not None and needs[4]
+    dq, dk, dv, ds = attention_backward_op(grad_out, grad_alpha, query, key, value, edge_index, edge_bias, alpha,
+                                           keep, ctx.scale, ctx.dropout, ctx.impl, need_ds)
+    d_bias = None
+    if need_ds:
+        d_bias = ds if edge_bias.size(1) > 1 else ds.sum(1, keepdim=True)  # (E, H) or (E, 1)
+    return dq, dk, dv, None, d_bias, None, None, None, None
+
+
+def reference_attention(query, key, value, edge_index, edge_bias, keep, scale: float, p: float):
+    """The readable per-edge formulation, differentiable to any order: ``out (L, H, D_v)``, ``alpha (E, H)``.
+
+    ``alpha`` is before dropout; ``keep (E, H)`` (or None) the mask applied to
+    the weights that reach the output. Memory O(E H D).
+    """
+    src, dst = edge_index[0], edge_index[1]  # (E,), (E,)
+    score = (query.index_select(0, dst) * key.index_select(0, src)).sum(-1) * scale  # (E, H, D) · (E, H, D) -> (E, H)
+    if edge_bias is not None:
+        score = score + edge_bias  # (E, H)
+    alpha = segment_softmax(score, dst, query.size(0))  # (E, H)
+    weight = apply_keep(alpha, keep, p)  # (E, H)
+    messages = weight.unsqueeze(-1) * value.index_select(0, src)  # (E, H, 1) * (E, H, D_v) -> (E, H, D_v)
+    out = messages.new_zeros(query.size(0), *value.shape[1:]).index_add(0, dst, messages)  # (L, H, D_v)
+    return out, alpha
+
+
+def _alias(t: Tensor) -> Tensor:
+    return t.view_as(t) if t.requires_grad else t.detach().requires_grad_()
+
+
+def _differentiable_backward(query, key, value, edge_index, edge_bias, keep, scale, p, grad_out, grad_alpha, needs):
+    inputs = [t for t, need in zip((query, key, value, edge_bias), (needs[0], needs[1], needs[2], needs[4]))
+              if need and t is not None]
+    if not inputs:
+        return None, None, None, None, None, None, None, None, None
+    with torch.enable_grad():
+        # a view of each input (not the input itself): query, key and value may be one tensor, and the
+        # gradient of each use is wanted apart; a view stays connected to what the input depends on
+        detached = [_alias(t) for t in (query, key, value)]
+        bias = None if edge_bias is None else _alias(edge_bias)
+        out, alpha = reference_attention(*detached, edge_index, bias, keep, scale, p)
+        outputs, grads = [out], [grad_out]
+        if grad_alpha is not None:
+            outputs.append(alpha)
+            grads.append(grad_alpha)
+        wrt = [*detached, bias] if bias is not None else detached
+        result = torch.autograd.grad(outputs, wrt, grads, create_graph=True, allow_unused=True)
+    result = list(result) + [None] * (4 - len(result))
+    dq, dk, dv, d_bias = (r if need else None for r, need in zip(result, (needs[0], needs[1], needs[2], needs[4])))
+    return dq, dk, dv, None, d_bias, None, None, None, None
+
+
+attention_op.register_autograd(_attention_backward, setup_context=_setup_attention)
+
+
+# ------------------------------------------------------------------------------------------------
+# graphattn::ragged_attention
+
+
+@torch.library.custom_op("graphattn::ragged_attention", mutates_args=())
+def ragged_attention_op(query: Tensor, key: Tensor, value: Tensor, batch: Tensor, causal: bool, scale: float,
+                        dropout: float, seed: Tensor) -> Tensor:
+    """Full or causal attention within each graph of a PyG ``batch``: ``out (N, H, D_v)``."""
+    return ragged_forward(query, key, value, batch, causal, scale, dropout, int(seed)).contiguous()
+
+
+@ragged_attention_op.register_fake
+def _(query, key, value, batch, causal, scale, dropout, seed):
+    return query.new_empty(query.size(0), query.size(1), value.size(2))
+
+
+@torch.library.custom_op("graphattn::ragged_attention_backward", mutates_args=())
+def ragged_attention_backward_op(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, batch: Tensor,
+                                 causal: bool, scale: float, dropout: float, seed: Tensor
+                                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """``dq, dk, dv`` of :func:`ragged_attention_op`: the probabilities recomputed, dropout redrawn from ``seed``."""
+    grads = ragged_backward(grad_out, query, key, value, batch, causal, scale, dropout, int(seed))
+    return tuple(g.contiguous() for g in grads)
+
+
+@ragged_attention_backward_op.register_fake
+def _(grad_out, query, key, value, batch, causal, scale, dropout, seed):
+    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+
+
+def _setup_ragged(ctx, inputs, output):
+    query, key, value, batch, causal, scale, dropout, seed = inputs
+    ctx.save_for_backward(query, key, value, batch, seed)
+    ctx.causal, ctx.scale, ctx.dropout = causal, scale, dropout
+
+
+def _ragged_backward(ctx, grad_out):
+    if torch.is_grad_enabled():
+        raise NotImplementedError(message("create_graph", "False for the ragged kernel (pattern + batch) under "
+                                          "torch.compile", True, "run that model eagerly, or pass the per-graph "
+                                          "edges (graphattn.graphs.batch_sequences) as edge_index"))
+    query, key, value, batch, seed = ctx.saved_tensors
+    dq, dk, dv = ragged_attention_backward_op(grad_out.contiguous(), query, key, value, batch, ctx.causal, ctx.scale,
+                                              ctx.dropout, seed)
+    return dq, dk, dv, None, None, None, None, None
+
+
+ragged_attention_op.register_autograd(_ragged_backward, setup_context=_setup_ragged)
