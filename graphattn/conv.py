@@ -214,8 +214,9 @@ class AttentionConv(MessagePassing):
             ragged kernel (see :mod:`graphattn.routing`). Without it a pattern
             spans all N nodes, across graphs. Ignored with an edge list.
 
-        In explain mode, with a message-passing hook registered, or under
-        ``torch.compile``, the layer runs ``propagate`` (:func:`graphattn.routing.use_propagate`).
+        In explain mode or with a message-passing hook registered the layer runs
+        ``propagate`` (:func:`graphattn.routing.use_propagate`); compiled, it
+        keeps the fast operators.
 
         Returns
         -------

@@ -69,9 +69,9 @@ class TransformerConv(MessagePassing):
     impl : {"auto", "message_passing"}, default "auto"
         ``"auto"``: graphattn's fast kernels, except in ``explain`` mode or
         with a message-passing hook registered, where it runs ``propagate``
-        (:func:`graphattn.routing.use_propagate`), and under ``torch.compile``/``torch.export``,
-        which trace ``propagate`` (fullgraph, no graph breaks; the fast kernels
-        keep host-side structure caches). ``"message_passing"``: always ``propagate``.
+        (:func:`graphattn.routing.use_propagate`); compiled or exported too
+        (the kernels are ``torch.library`` operators, fullgraph).
+        ``"message_passing"``: always ``propagate``.
     **kwargs
         Passed to :class:`torch_geometric.nn.MessagePassing` (``aggr`` and
         ``flow`` fixed to ``"add"`` and ``"source_to_target"``).
@@ -294,9 +294,9 @@ class TransformerConv(MessagePassing):
     def _propagate(self, query, key, value, edge_index, edge_attr, size):
         """The readable path: ``edge_update`` (scores, softmax) then ``propagate`` (``message``).
 
-        Under ``torch.compile`` this is the path traced (the fast kernels keep
-        host-side structure caches); the index check, which reads values on the
-        host, is skipped there (an out-of-range index then fails in ``index_select``).
+        Under ``torch.compile`` (``impl="message_passing"``, or a hook) the index
+        check, which reads values on the host, is skipped (an out-of-range index
+        then fails in ``index_select``).
         """
         if not torch.compiler.is_compiling():
             check_edge_index(edge_index, size[0], size[1])

@@ -160,8 +160,9 @@ def attention(
     Notes
     -----
     No kernel copies features onto edges; extra memory is O(E H) + O(N H D).
-    The kernel is chosen by :func:`choose_impl`; the edges' structure is built
-    once per ``edge_index`` object (:func:`prepare`).
+    The kernel is chosen by :func:`choose_impl` inside the
+    ``graphattn::attention`` operator (so ``torch.compile`` keeps it); the
+    edges' structure is built once per graph (:func:`prepare`).
 
     NaN or inf in the features of a node that query i does not read never
     reaches query i's output: the dense kernels ("sdpa" for the causal DAG,
@@ -177,27 +178,28 @@ def attention(
     A ``-inf`` in ``edge_bias`` gives the edge weight exactly 0 but keeps it in
     the graph, so a NaN/inf in that key's value still reaches the output
     (0 * NaN), as with SDPA's additive float masks; to remove an edge, leave it
-    out of ``edge_index``. The "block" and "csr" kernels are differentiable
-    once (no double backward, e.g. gradient penalties: use
-    ``AttentionConv(impl="message_passing")``).
+    out of ``edge_index``. Second derivatives are exact on every kernel
+    (``create_graph=True`` makes the operator's backward differentiable:
+    :mod:`graphattn.ops.operators`).
 
     float16/bfloat16: scores, softmax and weighted sums accumulate in
     float32, as SDPA's own kernels do, so a scaled score above 65504 stays
     finite; the output and the weights are rounded to the input dtype once.
-    "block", "csr" and "sdpa" with weights do this by converting the inputs
-    to float32 for the call (a documented fallback: PyTorch's matmuls return
-    half results, and its CPU sparse kernels lack half types); "sdpa" without
-    weights is SDPA's fused kernel in the input dtype, whose own backward is
-    coarser (several ulps of the largest gradient). Outputs of every kernel,
+    An edge list (every kernel) and a pattern with weights do this by
+    converting the inputs to float32 for the call (a documented fallback:
+    PyTorch's matmuls return half results, and its CPU sparse kernels lack
+    half types); a ``"full"``/``"causal"`` pattern without weights is SDPA's
+    fused kernel in the input dtype, whose own backward is coarser (several
+    ulps of the largest gradient). Outputs of every kernel,
     with or without weights, agree to the dtype's rounding. A finite
     ``edge_bias`` is added in float32: ``finfo(float16).min`` is a large
     negative number (a row whose every edge carries it keeps its weights,
     the softmax being shift-invariant), ``finfo(bfloat16).min`` (-3.4e38)
     swamps any score (such a row gets uniform weights), both as in SDPA;
     only ``-inf`` gives an edge the weight 0.
-    The structure cache notices in-place edits of ``edge_index`` through its
-    version counter; edits that bypass it (``.data``, a shared NumPy array)
-    are not seen: pass a new tensor. Patterns are treated as immutable.
+    The structure cache is verified by content: any edit of ``edge_index``
+    (in place, through ``.data`` or a shared NumPy array) is seen. Patterns
+    are treated as immutable.
     With ``need_weights=False`` the "sdpa" output may be a non-contiguous view.
 
     Examples
