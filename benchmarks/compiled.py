@@ -12,13 +12,16 @@ CPU time (``time.process_time``) of ``--repeats`` steps after a warm-up step
 peak resident set size above the one before a step (glibc asked to return
 freed buffers, as ``graphattn bench`` does).
 
-Contenders, each eager and under ``torch.compile`` (inductor; graphattn with
-``fullgraph=True``, which it holds; PyG's layers at their defaults, which
-break the graph nowhere either):
+Contenders, each eager and under ``torch.compile`` (inductor; graphattn's
+TransformerConv and AttentionConv with ``fullgraph=True``, which they hold;
+the GAT layers without it: PyG's self-loop handling, in both, has
+data-dependent shapes; PyG's layers at their defaults):
 
 - edge cases ``sparse`` (N = 10 000, 10 random in-edges) and ``denser``
   (N = 2 000, 200 random in-edges): ``ga.TransformerConv`` and PyG's
   ``TransformerConv`` (root weight, concat: PyG's defaults);
+- and on the same graphs ``ga.GATConv`` / ``ga.GATv2Conv`` against PyG's
+  ``GATConv`` / ``GATv2Conv`` at PyG's defaults (self-loops added);
 - pattern cases ``window`` (N = 8 192, ``patterns.window(16, 16)``) and
   ``random`` (N = 8 192, ``patterns.random(16)``), edges built once outside the
   timing: ``ga.AttentionConv`` (MHA semantics) and PyG's ``TransformerConv``
@@ -72,14 +75,20 @@ def graph(case: str, seed: int = 0) -> tuple[int, torch.Tensor]:
 
 
 def contenders(case: str, D: int) -> dict:
-    from torch_geometric.nn import TransformerConv
+    """``{pair: {name: make}}``: graphattn's layer and the PyG layer it replaces, each pair compared apart."""
+    from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
 
     W = HEADS * D
     if case in ("sparse", "denser"):
-        return {"ga.TransformerConv": lambda: ga.TransformerConv(W, D, heads=HEADS),
-                "TransformerConv": lambda: TransformerConv(W, D, heads=HEADS)}
-    return {"ga.AttentionConv": lambda: ga.AttentionConv(W, W, heads=HEADS),
-            "TransformerConv(root_weight=False)": lambda: TransformerConv(W, D, heads=HEADS, root_weight=False)}
+        return {"TransformerConv": {"ga.TransformerConv": lambda: ga.TransformerConv(W, D, heads=HEADS),
+                                    "TransformerConv": lambda: TransformerConv(W, D, heads=HEADS)},
+                "GATConv": {"ga.GATConv": lambda: ga.GATConv(W, D, heads=HEADS),
+                            "GATConv": lambda: GATConv(W, D, heads=HEADS)},
+                "GATv2Conv": {"ga.GATv2Conv": lambda: ga.GATv2Conv(W, D, heads=HEADS),
+                              "GATv2Conv": lambda: GATv2Conv(W, D, heads=HEADS)}}
+    return {"attention": {"ga.AttentionConv": lambda: ga.AttentionConv(W, W, heads=HEADS),
+                          "TransformerConv(root_weight=False)":
+                              lambda: TransformerConv(W, D, heads=HEADS, root_weight=False)}}
 
 
 def _step(model, x, edge_index):
@@ -99,41 +108,52 @@ def _peak(model, x, edge_index) -> int:
     return peak
 
 
-def run_case(case: str, D: int, repeats: int) -> list[dict]:
+def run_case(case: str, D: int, repeats: int, pairs: list[str]) -> list[dict]:
     N, edge_index = graph(case)
     torch.manual_seed(0)
     x = torch.randn(N, HEADS * D)
     runs = {}
-    for name, make in contenders(case, D).items():
-        torch.manual_seed(1)
-        model = TwoLayer(make)
-        fullgraph = name.startswith("ga.")
-        for mode, target in (("eager", model), ("compiled", torch.compile(model, fullgraph=fullgraph))):
-            c0 = time.process_time()
-            _step(target, x, edge_index)  # warm-up; compiled: the compilation
-            runs[(name, mode)] = dict(target=target, first_s=time.process_time() - c0, cpu=[])
+    for pair, makes in contenders(case, D).items():
+        if pairs and pair not in pairs:
+            continue
+        for name, make in makes.items():
+            runs.update(_prepare(pair, name, make, x, edge_index))
     for _ in range(repeats):  # interleaved
         for run in runs.values():
             c0 = time.process_time()
             _step(run["target"], x, edge_index)
             run["cpu"].append(time.process_time() - c0)
     rows = []
-    for (name, mode), run in runs.items():
+    for (pair, name, mode), run in runs.items():
         cpu = sorted(run["cpu"])
-        rows.append(dict(case=case, N=N, E=edge_index.size(1), D=D, layer=name, mode=mode, cpu_s=cpu[len(cpu) // 2],
-                         first_s=run["first_s"], peak_bytes=_peak(run["target"], x, edge_index)))
+        rows.append(dict(case=case, N=N, E=edge_index.size(1), D=D, pair=pair, layer=name, mode=mode,
+                         cpu_s=cpu[len(cpu) // 2], first_s=run["first_s"],
+                         peak_bytes=_peak(run["target"], x, edge_index)))
     return rows
+
+
+def _prepare(pair: str, name: str, make, x, edge_index) -> dict:
+    """Eager and compiled versions of one two-layer model, each warmed up (compiled: compiled)."""
+    runs = {}
+    torch.manual_seed(1)
+    model = TwoLayer(make)
+    fullgraph = name.startswith("ga.") and "GAT" not in name  # GAT's self-loop handling breaks graphs, PyG's too
+    for mode, target in (("eager", model), ("compiled", torch.compile(model, fullgraph=fullgraph))):
+        c0 = time.process_time()
+        _step(target, x, edge_index)  # warm-up; compiled: the compilation
+        runs[(pair, name, mode)] = dict(target=target, first_s=time.process_time() - c0, cpu=[])
+    return runs
 
 
 def ratios(rows: list[dict]) -> list[str]:
     lines = []
-    for case, D in dict.fromkeys((r["case"], r["D"]) for r in rows):
-        group = {(r["layer"], r["mode"]): r for r in rows if r["case"] == case and r["D"] == D}
+    for case, D, pair in dict.fromkeys((r["case"], r["D"], r["pair"]) for r in rows):
+        group = {(r["layer"], r["mode"]): r for r in rows if (r["case"], r["D"], r["pair"]) == (case, D, pair)}
         ours = next(name for name, _ in group if name.startswith("ga."))
         theirs = next(name for name, _ in group if not name.startswith("ga."))
         ge, gc = group[(ours, "eager")], group[(ours, "compiled")]
         pe, pc = group[(theirs, "eager")], group[(theirs, "compiled")]
-        lines.append(f"| {case} | {D} | {ge['E']} | {ge['cpu_s'] * 1e3:.1f} / {ge['peak_bytes'] / 2 ** 20:.0f} "
+        lines.append(f"| {case} | {pair} | {D} | {ge['E']} | {ge['cpu_s'] * 1e3:.1f} / {ge['peak_bytes'] / 2 ** 20:.0f} "
                      f"| {gc['cpu_s'] * 1e3:.1f} / {gc['peak_bytes'] / 2 ** 20:.0f} "
                      f"| {pe['cpu_s'] * 1e3:.1f} / {pe['peak_bytes'] / 2 ** 20:.0f} "
                      f"| {pc['cpu_s'] * 1e3:.1f} / {pc['peak_bytes'] / 2 ** 20:.0f} "
@@ -143,9 +163,9 @@ def ratios(rows: list[dict]) -> list[str]:
     return lines
 
 
-HEADER = ("| case | D | E | graphattn eager ms / MiB | graphattn compiled | PyG eager | PyG compiled "
+HEADER = ("| case | layers | D | E | graphattn eager ms / MiB | graphattn compiled | PyG eager | PyG compiled "
           "| compiled / eager graphattn (time / memory) | PyG compiled / graphattn compiled | PyG eager / graphattn eager |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+          "|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main(argv=None) -> int:
@@ -154,16 +174,19 @@ def main(argv=None) -> int:
     parser.add_argument("--dims", default="8,64", help="channels per head D, comma-separated")
     parser.add_argument("--pattern-dims", default="8", help="D for the window and random cases")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--pairs", default="", help="only these pairs, e.g. TransformerConv,GATConv")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    torch._dynamo.config.recompile_limit = 64  # each model instance is a new compilation of TwoLayer.forward
     load_before = os.getloadavg()
     rows = []
     for case in args.cases.split(","):
         dims = args.pattern_dims if case in ("window", "random") else args.dims
         for D in (int(d) for d in dims.split(",")):
             print(f"{case} D={D} ...", flush=True)
-            for r in run_case(case, D, args.repeats):
+            torch._dynamo.reset()
+            for r in run_case(case, D, args.repeats, [p for p in args.pairs.split(",") if p]):
                 rows.append(r)
                 print(f"  {r['layer']:36s} {r['mode']:8s} {r['cpu_s'] * 1e3:9.1f} ms cpu  "
                       f"{r['peak_bytes'] / 2 ** 20:7.1f} MiB  (first call {r['first_s']:.1f} s)", flush=True)

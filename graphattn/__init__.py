@@ -8,8 +8,10 @@ sparse attention. See ``DESIGN.md`` in the project for the conventions.
 ``import graphattn`` loads torch and the core (patterns, graphs, dense, ops)
 only. The layer (:class:`AttentionConv`, which needs PyTorch Geometric, and
 PyTorch Geometric in turn loads pandas and parts of transformers) and the
-bridges (:mod:`graphattn.interop`) load on first access; nothing registers
-itself or changes global state at import.
+bridges (:mod:`graphattn.interop`) load on first access. The one thing
+registered at import is graphattn's own ``torch.library`` operators (namespace
+``graphattn``, :mod:`graphattn.ops.operators`); nothing else registers itself
+or changes global state.
 """
 
 import importlib
@@ -24,9 +26,10 @@ from graphattn import dense, graphs, ops, patterns  # noqa: E402
 from graphattn.ops import attention  # noqa: E402
 
 _LAZY = {"AttentionConv": ("graphattn.conv", "AttentionConv"), "conv": ("graphattn.conv", None),
-         "interop": ("graphattn.interop", None), "TransformerConv": ("graphattn.transformer_conv", "TransformerConv")}
+         "interop": ("graphattn.interop", None), "TransformerConv": ("graphattn.transformer_conv", "TransformerConv"),
+         "GATConv": ("graphattn.gat", "GATConv"), "GATv2Conv": ("graphattn.gat", "GATv2Conv")}
 
-__all__ = ["AttentionConv", "TransformerConv", "attention", "conv", "dense", "graphs", "interop", "ops", "patterns", "__version__"]
+__all__ = ["AttentionConv", "TransformerConv", "GATConv", "GATv2Conv", "attention", "conv", "dense", "graphs", "interop", "ops", "patterns", "__version__"]
 
 
 def __getattr__(name):

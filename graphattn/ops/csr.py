@@ -41,6 +41,8 @@ def sddmm(graph: _Graph, a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     H, E = a.size(1), graph.E
     if E == 0:
         return a.new_empty(H, 0)  # (H, E)
+    if a.size(-1) == 0:  # no channels: every product is 0 (scored attention: the score is the bias alone)
+        return a.new_zeros(H, E)  # (H, E)
     crow, col, inverse = graph.distinct()  # sampled_addmm wants each (i, j) once
     pattern = _csr(crow.expand(H, -1), col.expand(H, -1), a.new_zeros(()).expand(H, col.numel()),
                    (H, graph.L, graph.S))  # one sparsity for every head; zero values: beta * NaN cannot arise
@@ -58,7 +60,7 @@ def spmm(blocks: tuple[Tensor, Tensor], values: Tensor, dense: Tensor, num_rows:
     head-major result.
     """
     n, H, d = dense.shape
-    if values.size(1) == 0 or num_rows == 0 or n == 0:
+    if values.size(1) == 0 or num_rows == 0 or n == 0 or d == 0:
         return dense.new_zeros(num_rows, H, d)  # (rows, H, d)
     block = _csr(*blocks, values.reshape(-1), (H * num_rows, H * n))  # (H rows, H n), values (H, E) flat
     dense = dense.transpose(0, 1).reshape(H * n, d)  # (H n, d) head-major

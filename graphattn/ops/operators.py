@@ -86,6 +86,8 @@ def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_b
     """
     if impl in ("auto", "sdpa") and edge_bias is None and graph.edge_set() is not None:
         return "sdpa"
+    if query.size(-1) == 0 and impl == "auto":  # scored attention (no query/key channels): the scores are given
+        return "csr"
     if impl == "sdpa":
         raise NotImplementedError(message("edge_index", "the complete graph or the causal DAG (and no "
                                           "'edge_bias') for impl='sdpa'", "another edge set", "use impl='auto'"))

@@ -1,0 +1,261 @@
+"""PyG's GAT and GATv2 semantics on graphattn's kernels: ``GATConv`` and ``GATv2Conv`` drop-ins.
+
+Both classes *are* PyG's layers (subclasses of
+:class:`torch_geometric.nn.GATConv` / :class:`torch_geometric.nn.GATv2Conv`):
+the same constructor, parameters (``lin``, ``lin_src``, ``att_src``, ...,
+so ``state_dict`` moves both ways), ``reset_parameters``, ``repr`` and return
+tuple. Only ``forward`` differs: the additive scores are formed per edge as
+``(E, H)`` tensors and the softmax over each target's incoming edges and the
+weighted sum of the source features run on :func:`graphattn.ops.scored_attention`
+(the ``graphattn::attention`` operator), so no ``(E, H, C)`` message tensor is
+formed for the aggregation. GAT's scores need only per-node halves and one
+edge term; GATv2's apply LeakyReLU to ``x_i + x_j`` before the dot product
+with ``att``, which needs an ``(E, H, C)`` tensor for the scores (as PyG's).
+
+PyG's own ``forward`` (``propagate``) runs where PyG machinery must see every
+message: ``impl="message_passing"``, explain mode, message-passing hooks
+(:func:`graphattn.routing.needs_propagate`), and adjacencies given as
+``SparseTensor`` or ``torch.sparse`` tensors.
+
+Dropout draws its mask on graphattn's kernel, not in PyG's order: same
+distribution, other bits (``impl="message_passing"`` draws PyG's).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.nn import GATConv as PyGGATConv
+from torch_geometric.nn import MessagePassing
+from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
+from torch_geometric.utils import add_self_loops, remove_self_loops
+
+from graphattn import ops
+from graphattn.routing import needs_propagate
+from graphattn.validate import check_choice
+
+__all__ = ["GATConv", "GATv2Conv"]
+
+
+def _fast(module, edge_index) -> bool:
+    """The fused path: an edge list (plain or ``EdgeIndex``) and nothing that needs ``propagate``."""
+    return (module.impl == "auto" and not needs_propagate(module) and isinstance(edge_index, Tensor)
+            and edge_index.layout == torch.strided)
+
+
+def _keep_pygs_explain_path(module) -> None:
+    """PyG's explain mode swaps in ``_orig_propagate`` (the one that applies edge masks); for a subclass of a
+    PyG conv, PyG records the parent's generated ``propagate`` there: point it back at ``MessagePassing``'s
+    (a private PyG attribute, checked on 2.8)."""
+    type(module)._orig_propagate = MessagePassing.propagate
+
+
+def _plain(edge_index: Tensor) -> Tensor:
+    """An ``EdgeIndex``'s plain tensor (zero-copy) for the operator; a plain tensor itself."""
+    return edge_index.as_tensor() if hasattr(edge_index, "as_tensor") else edge_index
+
+
+def _with_self_loops(module, edge_index, edge_attr, num_nodes):
+    """PyG's self-loop handling: remove the graph's own, add one per node with ``fill_value``."""
+    edge_index, edge_attr = remove_self_loops(edge_index, edge_attr)
+    return add_self_loops(edge_index, edge_attr, fill_value=module.fill_value, num_nodes=num_nodes)
+
+
+def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_attention_weights):
+    """Heads concatenated or averaged, residual, bias; PyG's return (weights whenever the flag is not None)."""
+    out = out.reshape(out.size(0), -1) if module.concat else out.mean(dim=1)  # (L, H*C) or (L, C)
+    if res is not None:
+        out = out + res
+    if module.bias is not None:
+        out = out + module.bias
+    if return_attention_weights is None:
+        return out
+    return out, (edge_index, alpha)
+
+
+def _from(cls, conv, impl: str):
+    """A graphattn layer with ``conv``'s configuration and a copy of its weights."""
+    kwargs = dict(heads=conv.heads, concat=conv.concat, negative_slope=conv.negative_slope, dropout=conv.dropout,
+                  add_self_loops=conv.add_self_loops, edge_dim=conv.edge_dim, fill_value=conv.fill_value,
+                  bias=conv.bias is not None, residual=conv.residual, aggr=conv.aggr, flow=conv.flow)
+    if isinstance(conv, PyGGATv2Conv):
+        kwargs["share_weights"] = conv.share_weights
+    layer = cls(conv.in_channels, conv.out_channels, impl=impl, **kwargs)
+    layer.load_state_dict(conv.state_dict())
+    return layer.to(next(conv.parameters()).device, next(conv.parameters()).dtype)
+
+
+def _to(layer, pyg_cls):
+    kwargs = dict(heads=layer.heads, concat=layer.concat, negative_slope=layer.negative_slope, dropout=layer.dropout,
+                  add_self_loops=layer.add_self_loops, edge_dim=layer.edge_dim, fill_value=layer.fill_value,
+                  bias=layer.bias is not None, residual=layer.residual)
+    if pyg_cls is PyGGATv2Conv:
+        kwargs["share_weights"] = layer.share_weights
+    conv = pyg_cls(layer.in_channels, layer.out_channels, **kwargs)
+    conv.load_state_dict(layer.state_dict())
+    return conv.to(next(layer.parameters()).device, next(layer.parameters()).dtype)
+
+
+class GATConv(PyGGATConv):
+    r"""PyG's graph attention layer [1]_ on graphattn's kernels (exact, same parameters).
+
+    .. math::
+        \alpha_{ij} = \mathrm{softmax}_{j \in \mathcal{N}(i)} \mathrm{LeakyReLU}\big(
+        a_s^\top \Theta_s x_j + a_t^\top \Theta_t x_i + a_e^\top \Theta_e e_{ij}\big), \qquad
+        x_i' = \sum_{j \in \mathcal{N}(i)} \alpha_{ij} \Theta_s x_j
+
+    (per head; heads concatenated or averaged, then residual and bias), with
+    ``add_self_loops`` PyG's: the graph's self-loops removed and one per node
+    added, its edge feature from ``fill_value``.
+
+    Parameters
+    ----------
+    in_channels, out_channels, heads, concat, negative_slope, dropout, add_self_loops, edge_dim, fill_value, bias, residual
+        As :class:`torch_geometric.nn.GATConv` (``out_channels`` per head; PyG's
+        defaults: ``heads=1``, ``add_self_loops=True``, ``fill_value="mean"``).
+    impl : {"auto", "message_passing"}, default "auto"
+        ``"auto"``: the fused path (PyG's ``propagate`` only where PyG
+        machinery needs every message, see the module); ``"message_passing"``:
+        always PyG's own forward.
+    **kwargs
+        Passed to :class:`torch_geometric.nn.MessagePassing`.
+
+    Shapes: ``x (N, F_in)`` or ``(x_src (S, F_s), x_dst (L, F_t))``,
+    ``edge_index (2, E)`` (row 0 = source j, row 1 = target i), ``edge_attr
+    (E, F_e)`` -> ``(L, H * C)`` (``concat``) or ``(L, C)``; with
+    ``return_attention_weights`` not None also ``(edge_index, alpha (E', H))``
+    over the edges attended (self-loops included), as PyG.
+
+    References
+    ----------
+    .. [1] Velickovic et al., "Graph Attention Networks", ICLR 2018, eq. (1)-(4).
+    """
+
+    def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True,
+                 negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, edge_dim=None,
+                 fill_value="mean", bias: bool = True, residual: bool = False, impl: str = "auto", **kwargs):
+        self.impl = check_choice("impl", impl, ("auto", "message_passing"))
+        super().__init__(in_channels, out_channels, heads=heads, concat=concat, negative_slope=negative_slope,
+                         dropout=dropout, add_self_loops=add_self_loops, edge_dim=edge_dim, fill_value=fill_value,
+                         bias=bias, residual=residual, **kwargs)
+        _keep_pygs_explain_path(self)
+
+    def forward(self, x, edge_index, edge_attr: Tensor | None = None, size=None, return_attention_weights=None):
+        """PyG's ``GATConv.forward``, fused (module docstring)."""
+        # PyG generates propagate/edge_updater from these comments in the class's own source (checked on 2.8):
+        # edge_updater_type: (alpha: OptPairTensor, edge_attr: OptTensor)
+        # propagate_type: (x: OptPairTensor, alpha: Tensor)
+        if not _fast(self, edge_index):
+            return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
+        H, C = self.heads, self.out_channels
+        x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
+        res = None if self.res is None or x_dst is None else self.res(x_dst)  # (L, H*C) or (L, C)
+        lin_src = self.lin if self.lin is not None else self.lin_src
+        lin_dst = self.lin if self.lin is not None else self.lin_dst
+        same = x_src is x_dst and self.lin is not None  # one projection of one input
+        x_src = lin_src(x_src).view(-1, H, C)  # (S, H, C)
+        x_dst = x_src if same else (None if x_dst is None else lin_dst(x_dst).view(-1, H, C))  # (L, H, C)
+        alpha_src = (x_src * self.att_src).sum(-1)  # (S, H, C) · (1, H, C) -> (S, H)
+        alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)  # (L, H)
+        num_targets = x_dst.size(0) if x_dst is not None else (size[1] if size is not None else x_src.size(0))
+        if self.add_self_loops:
+            num_nodes = x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
+            num_nodes = min(size) if size is not None else num_nodes
+            edge_index, edge_attr = _with_self_loops(self, edge_index, edge_attr, num_nodes)
+        src, dst = edge_index[0], edge_index[1]  # (E,), (E,)
+        score = alpha_src.index_select(0, src)  # (E, H): a_s · Θ_s x_j
+        if alpha_dst is not None:
+            score = score + alpha_dst.index_select(0, dst)  # (E, H): + a_t · Θ_t x_i
+        if edge_attr is not None and self.lin_edge is not None:
+            edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
+            w_edge = (self.lin_edge.weight.view(H, C, -1) * self.att_edge.view(H, C, 1)).sum(1)  # (H, F_e): a_e^T Θ_e
+            score = score + edge_attr @ w_edge.t()  # (E, F_e) @ (F_e, H) -> (E, H), no (E, H, C) tensor
+        score = F.leaky_relu(score, self.negative_slope)  # (E, H)
+        out, alpha = ops.scored_attention(score, x_src, _plain(edge_index), num_targets, dropout=self.dropout,
+                                          training=self.training,
+                                          need_weights=return_attention_weights is not None)  # (L, H, C), (E, H)
+        return _finish(self, out, res, edge_index, alpha, return_attention_weights)
+
+    @classmethod
+    def from_gat_conv(cls, conv: PyGGATConv, impl: str = "auto") -> "GATConv":
+        """An exact copy of a PyG ``GATConv`` (configuration and weights)."""
+        return _from(cls, conv, impl)
+
+    def to_gat_conv(self) -> PyGGATConv:
+        """PyG's ``GATConv`` with this layer's configuration and a copy of its weights."""
+        return _to(self, PyGGATConv)
+
+
+class GATv2Conv(PyGGATv2Conv):
+    r"""PyG's GATv2 layer [1]_ on graphattn's kernels (exact, same parameters).
+
+    .. math::
+        \alpha_{ij} = \mathrm{softmax}_{j \in \mathcal{N}(i)}\, a^\top \mathrm{LeakyReLU}\big(
+        \Theta_s x_j + \Theta_t x_i + \Theta_e e_{ij}\big), \qquad
+        x_i' = \sum_{j \in \mathcal{N}(i)} \alpha_{ij} \Theta_s x_j
+
+    Parameters
+    ----------
+    in_channels, out_channels, heads, concat, negative_slope, dropout, add_self_loops, edge_dim, fill_value, bias, share_weights, residual
+        As :class:`torch_geometric.nn.GATv2Conv` (PyG's defaults).
+    impl : {"auto", "message_passing"}, default "auto"
+        As :class:`GATConv`.
+    **kwargs
+        Passed to :class:`torch_geometric.nn.MessagePassing`.
+
+    Notes
+    -----
+    The scores need the ``(E, H, C)`` tensor ``LeakyReLU(Θ_s x_j + Θ_t x_i)``
+    (the nonlinearity comes before the dot product with ``a``); the softmax
+    and aggregation then run fused.
+
+    References
+    ----------
+    .. [1] Brody, Alon and Yahav, "How Attentive are Graph Attention Networks?", ICLR 2022, eq. (7).
+    """
+
+    def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True,
+                 negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, edge_dim=None,
+                 fill_value="mean", bias: bool = True, share_weights: bool = False, residual: bool = False,
+                 impl: str = "auto", **kwargs):
+        self.impl = check_choice("impl", impl, ("auto", "message_passing"))
+        super().__init__(in_channels, out_channels, heads=heads, concat=concat, negative_slope=negative_slope,
+                         dropout=dropout, add_self_loops=add_self_loops, edge_dim=edge_dim, fill_value=fill_value,
+                         bias=bias, share_weights=share_weights, residual=residual, **kwargs)
+        _keep_pygs_explain_path(self)
+
+    def forward(self, x, edge_index, edge_attr: Tensor | None = None, return_attention_weights=None):
+        """PyG's ``GATv2Conv.forward``, fused (module docstring)."""
+        # PyG generates propagate/edge_updater from these comments in the class's own source (checked on 2.8):
+        # edge_updater_type: (x: PairTensor, edge_attr: OptTensor)
+        # propagate_type: (x: PairTensor, alpha: Tensor)
+        if not _fast(self, edge_index):
+            return super().forward(x, edge_index, edge_attr, return_attention_weights)
+        H, C = self.heads, self.out_channels
+        x_l, x_r = (x, x) if isinstance(x, Tensor) else x
+        res = None if self.res is None or x_r is None else self.res(x_r)
+        same = x_l is x_r
+        x_l = self.lin_l(x_l).view(-1, H, C)  # (S, H, C)
+        x_r = x_l if same and self.share_weights else self.lin_r(x_r).view(-1, H, C)  # (L, H, C)
+        if self.add_self_loops:
+            edge_index, edge_attr = _with_self_loops(self, edge_index, edge_attr, min(x_l.size(0), x_r.size(0)))
+        src, dst = edge_index[0], edge_index[1]  # (E,), (E,)
+        h = x_l.index_select(0, src) + x_r.index_select(0, dst)  # (E, H, C): Θ_s x_j + Θ_t x_i
+        if edge_attr is not None:
+            edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
+            h = h + self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C)
+        score = (F.leaky_relu(h, self.negative_slope) * self.att).sum(-1)  # (E, H, C) · (1, H, C) -> (E, H)
+        out, alpha = ops.scored_attention(score, x_l, _plain(edge_index), x_r.size(0), dropout=self.dropout,
+                                          training=self.training,
+                                          need_weights=return_attention_weights is not None)  # (L, H, C), (E, H)
+        return _finish(self, out, res, edge_index, alpha, return_attention_weights)
+
+    @classmethod
+    def from_gatv2_conv(cls, conv: PyGGATv2Conv, impl: str = "auto") -> "GATv2Conv":
+        """An exact copy of a PyG ``GATv2Conv`` (configuration and weights)."""
+        return _from(cls, conv, impl)
+
+    def to_gatv2_conv(self) -> PyGGATv2Conv:
+        """PyG's ``GATv2Conv`` with this layer's configuration and a copy of its weights."""
+        return _to(self, PyGGATv2Conv)

@@ -1,0 +1,159 @@
+"""ga.GATConv / ga.GATv2Conv against PyG's GATConv / GATv2Conv with the same weights (float64, 1e-10):
+outputs, attention weights and every gradient, on graphs with duplicate edges, empty rows, edge features,
+bipartite inputs and lazy sizes; PyG's own test cases (test_gat_conv.py, test_gatv2_conv.py) restated."""
+
+import pytest
+import torch
+from torch_geometric.nn import GATConv as PyGGATConv
+from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
+
+import graphattn as ga
+
+PAIRS = [pytest.param(PyGGATConv, ga.GATConv, "from_gat_conv", id="GATConv"),
+         pytest.param(PyGGATv2Conv, ga.GATv2Conv, "from_gatv2_conv", id="GATv2Conv")]
+CONFIGS = [
+    pytest.param(dict(), id="defaults"),
+    pytest.param(dict(heads=4, concat=False), id="heads4_mean"),
+    pytest.param(dict(heads=3, add_self_loops=False, negative_slope=0.1), id="no_self_loops"),
+    pytest.param(dict(heads=2, edge_dim=3, fill_value=0.5), id="edge_dim_fill"),
+    pytest.param(dict(heads=2, edge_dim=3, fill_value="add", residual=True), id="edge_dim_residual"),
+    pytest.param(dict(heads=2, bias=False), id="no_bias"),
+]
+
+
+def _graph(N=13, E=50, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, N - 2, (2, E), generator=g)  # nodes N-2, N-1 get no edges
+    edge_index = torch.cat([edge_index, edge_index[:, :5], torch.tensor([[3, 4], [3, 4]])], dim=1)  # duplicates, loops
+    return edge_index, torch.randn(edge_index.size(1), 3, generator=g, dtype=torch.float64)
+
+
+def _run(conv, x, edge_index, edge_attr):
+    x = x.detach().requires_grad_()
+    out, (ei, alpha) = conv(x, edge_index, edge_attr, return_attention_weights=True)
+    (out.square().sum() + alpha.sum()).backward()
+    return out, ei, alpha, x.grad, {n: p.grad for n, p in conv.named_parameters()}
+
+
+@pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)
+@pytest.mark.parametrize("config", CONFIGS)
+def test_equals_pyg_forward_weights_and_gradients(pyg_cls, ga_cls, convert, config):
+    torch.manual_seed(0)
+    ref = pyg_cls(8, 5, **config).double()
+    ours = getattr(ga_cls, convert)(ref)
+    x = torch.randn(13, 8, dtype=torch.float64)
+    edge_index, edge_attr = _graph()
+    edge_attr = edge_attr if config.get("edge_dim") else None
+    got, want = _run(ours, x, edge_index, edge_attr), _run(ref, x, edge_index, edge_attr)
+    assert torch.equal(got[1], want[1])  # the same edges attended (PyG's self-loop handling)
+    for a, b in (got[0], want[0]), (got[2], want[2]), (got[3], want[3]):
+        assert (a - b).abs().max() < 1e-10
+    for name in want[4]:
+        assert (got[4][name] - want[4][name]).abs().max() < 1e-10, name
+
+
+@pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)
+def test_bipartite_and_lazy_sizes(pyg_cls, ga_cls, convert):
+    torch.manual_seed(1)
+    ref = pyg_cls((6, 4), 3, heads=2, add_self_loops=False).double()
+    ours = getattr(ga_cls, convert)(ref)
+    x = (torch.randn(9, 6, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64))
+    edge_index = torch.stack([torch.randint(0, 9, (30,)), torch.randint(0, 4, (30,))])  # target 4 gets nothing
+    assert (ours(x, edge_index) - ref(x, edge_index)).abs().max() < 1e-10
+    lazy = ga_cls(-1, 3, heads=2)
+    assert lazy(torch.randn(7, 6), torch.randint(0, 7, (2, 20))).shape == (7, 6)
+
+
+@pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)
+def test_pygs_conventions(pyg_cls, ga_cls, convert):
+    """repr, state_dict both ways, return_attention_weights=None (PyG's default) and False (still returns)."""
+    ref = pyg_cls(8, 4, heads=2)
+    ours = getattr(ga_cls, convert)(ref)
+    assert repr(ours) == repr(ref)
+    back = ours.to_gat_conv() if ga_cls is ga.GATConv else ours.to_gatv2_conv()
+    assert type(back) is pyg_cls and all(torch.equal(a, b) for a, b in zip(back.state_dict().values(),
+                                                                             ref.state_dict().values()))
+    x, edge_index = torch.randn(6, 8), torch.randint(0, 6, (2, 15))
+    assert isinstance(ours(x, edge_index, return_attention_weights=None), torch.Tensor)
+    out, (_, alpha) = ours(x, edge_index, return_attention_weights=False)  # PyG: any value but None returns them
+    assert alpha.shape == (15 + 6 - int((edge_index[0] == edge_index[1]).sum()), 2)
+
+
+@pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)
+def test_explain_mode_runs_pygs_forward(pyg_cls, ga_cls, convert):
+    """With an explainer's edge mask set the layer takes PyG's propagate, and so equals PyG with the same mask."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    torch.manual_seed(2)
+    ref = pyg_cls(8, 4, heads=2, add_self_loops=False).double()
+    ours = getattr(ga_cls, convert)(ref)
+    x, edge_index = torch.randn(6, 8, dtype=torch.float64), torch.randint(0, 6, (2, 15))
+    mask = torch.rand(15, dtype=torch.float64)
+    outs = []
+    for conv in (ours, ref):
+        set_masks(conv, mask, edge_index, apply_sigmoid=True)
+        outs.append(conv(x, edge_index))
+        clear_masks(conv)
+    assert (outs[0] - outs[1]).abs().max() < 1e-10
+    assert (ours(x, edge_index) - outs[0]).abs().max() > 1e-6  # the mask mattered
+
+
+def test_pyg_test_gat_conv_cases():
+    """PyG's test_gat_conv: shapes, the weights' shape with self-loops, bipartite (x, None) with size."""
+    x1, x2 = torch.randn(4, 8), torch.randn(2, 16)
+    edge_index = torch.tensor([[0, 1, 2, 3], [0, 0, 1, 1]])
+    conv = ga.GATConv(8, 32, heads=2)
+    assert str(conv) == "GATConv(8, 32, heads=2)"
+    out = conv(x1, edge_index)
+    assert out.size() == (4, 64)
+    result = conv(x1, edge_index, return_attention_weights=True)
+    assert result[0].size() == (4, 64) and result[1][0].size() == (2, 7) and result[1][1].size() == (7, 2)
+    assert result[1][1].min() >= 0 and result[1][1].max() <= 1
+    conv = ga.GATConv((8, 16), 32, heads=2)
+    out = conv((x1, x2), edge_index)
+    assert out.size() == (2, 64)
+    assert conv((x1, None), edge_index, size=(4, 2)).size() == (2, 64)
+    ref = PyGGATConv((8, 16), 32, heads=2)
+    ref.load_state_dict(conv.state_dict())
+    assert torch.allclose(conv((x1, x2), edge_index), ref((x1, x2), edge_index), atol=1e-6)
+    assert torch.allclose(conv((x1, None), edge_index, size=(4, 2)), ref((x1, None), edge_index, size=(4, 2)),
+                          atol=1e-6)
+
+
+def test_pyg_test_gatv2_conv_cases():
+    x1, x2 = torch.randn(4, 8), torch.randn(2, 8)
+    edge_index = torch.tensor([[0, 1, 2, 3], [0, 0, 1, 1]])
+    for share in (False, True):
+        conv = ga.GATv2Conv(8, 32, heads=2, share_weights=share)
+        ref = PyGGATv2Conv(8, 32, heads=2, share_weights=share)
+        ref.load_state_dict(conv.state_dict())
+        assert str(conv) == "GATv2Conv(8, 32, heads=2)"
+        assert torch.allclose(conv(x1, edge_index), ref(x1, edge_index), atol=1e-6)
+        assert torch.allclose(conv((x1, x2), edge_index), ref((x1, x2), edge_index), atol=1e-6)
+
+
+def test_gradient_penalty_equals_pygs():
+    """Second derivatives through the fused path equal PyG's (float64, 1e-8)."""
+    torch.manual_seed(3)
+    ref = PyGGATConv(8, 4, heads=2, edge_dim=3).double()
+    ours = ga.GATConv.from_gat_conv(ref)
+    edge_index, edge_attr = _graph()
+    results = []
+    for conv in (ours, ref):
+        conv.zero_grad()
+        x = torch.randn(13, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4)).requires_grad_()
+        (dx,) = torch.autograd.grad(conv(x, edge_index, edge_attr).square().sum(), x, create_graph=True)
+        dx.square().sum().backward()
+        results.append([dx] + [p.grad for p in conv.parameters()])
+    for a, b in zip(*results):
+        assert (a - b).abs().max() < 1e-8
+
+
+def test_scored_attention_refuses_bad_scores():
+    value, edge_index = torch.randn(4, 2, 3), torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(ValueError, match=r"'score' to be shape \(E, H\) = \(2, 2\)"):
+        ga.ops.scored_attention(torch.zeros(3, 2), value, edge_index, 4)
+    with pytest.raises(ValueError, match="NaN"):
+        ga.ops.scored_attention(torch.full((2, 2), float("nan")), value, edge_index, 4)
+    out, _ = ga.ops.scored_attention(torch.zeros(2, 2), value, edge_index, 4)
+    assert torch.equal(out[0], torch.zeros(2, 3)) and torch.equal(out[3], torch.zeros(2, 3))  # no in-edges: 0
