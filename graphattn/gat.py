@@ -32,6 +32,7 @@ from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from graphattn import ops
+from graphattn.cache import ContentCache
 from graphattn.routing import needs_propagate
 from graphattn.validate import check_choice
 
@@ -56,10 +57,30 @@ def _plain(edge_index: Tensor) -> Tensor:
     return edge_index.as_tensor() if hasattr(edge_index, "as_tensor") else edge_index
 
 
+_SELF_LOOPS = ContentCache("graphattn.gat self-loop cache", 8, "graphattn.gat._SELF_LOOPS.resize(n)")
+
+
 def _with_self_loops(module, edge_index, edge_attr, num_nodes):
-    """PyG's self-loop handling: remove the graph's own, add one per node with ``fill_value``."""
-    edge_index, edge_attr = remove_self_loops(edge_index, edge_attr)
-    return add_self_loops(edge_index, edge_attr, fill_value=module.fill_value, num_nodes=num_nodes)
+    """PyG's self-loop handling: remove the graph's own, add one per node with ``fill_value``.
+
+    Cached by content (:class:`graphattn.cache.ContentCache`), so that the
+    same graph passed again gets the same edge tensor back and the kernels'
+    structure cache hits instead of sorting the edges on every call (and both
+    layers of a model share it); not when ``edge_attr`` needs a gradient or
+    while compiling (traced as PyG's).
+    """
+    def build():
+        edges, attr = remove_self_loops(edge_index, edge_attr)
+        return add_self_loops(edges, attr, fill_value=module.fill_value, num_nodes=num_nodes)
+
+    if torch.compiler.is_compiling() or (edge_attr is not None and edge_attr.requires_grad and torch.is_grad_enabled()):
+        return build()
+    fill = module.fill_value
+    key = ("self_loops", num_nodes, fill if isinstance(fill, (float, int, str)) else id(fill), type(edge_index).__name__)
+    tensors = (edge_index,) if edge_attr is None else (edge_index, edge_attr)
+    if isinstance(fill, Tensor):
+        tensors = tensors + (fill,)
+    return _SELF_LOOPS.get(key, tensors, build)
 
 
 def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_attention_weights):

@@ -322,7 +322,8 @@ def _edge_attention(query, key, value, edge_index, edge_bias, scale: float, p: f
     if acc != dtype:  # half types: scores, softmax and sums in float32 (Notes); rounded once at the end
         query, key, value, edge_bias = (None if t is None else t.to(acc) for t in (query, key, value, edge_bias))
     tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, edge_bias))
-    out, alpha, keep = attention_op(query, key, value, edge_index, edge_bias, scale, p, need_weights or tracked, impl)
+    out, alpha, keep = attention_op(query, key, value, edge_index, edge_bias, scale, p, need_weights or tracked, impl,
+                                    not need_weights)  # alpha only for the backward: kept in sorted order
     out = out.to(dtype)  # (L, H, D_v)
     if not need_weights:
         return out, None

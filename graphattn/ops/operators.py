@@ -124,8 +124,13 @@ def _empty(like: Tensor, heads: int, dtype=None) -> Tensor:
 
 @torch.library.custom_op("graphattn::attention", mutates_args=())
 def attention_op(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, edge_bias: Optional[Tensor],
-                 scale: float, dropout: float, need_alpha: bool, impl: str) -> tuple[Tensor, Tensor, Tensor]:
-    """Attention along ``edge_index``: ``out (L, H, D_v)``, ``alpha (E, H)`` and ``keep (E, H)`` (see module)."""
+                 scale: float, dropout: float, need_alpha: bool, impl: str, sorted_alpha: bool = False
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention along ``edge_index``: ``out (L, H, D_v)``, ``alpha (E, H)`` and ``keep (E, H)`` (see module).
+
+    ``sorted_alpha``: ``alpha`` and ``keep`` in the structure's sorted edge order (what the backward
+    reads), not the caller's: for training without the weights, two gathers fewer per call.
+    """
     L, H, _ = query.shape
     S = key.size(0)
     check_bias_values(edge_bias)
@@ -151,14 +156,14 @@ def attention_op(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, 
         out, alpha, keep = guarded(kernel, fix, query, key, value, *graph_guards(graph))
     else:
         out, alpha, keep = csr_forward(graph, query, key, value, bias, scale, p)
-    alpha = graph.unsort(alpha.t()).contiguous() if need_alpha else _empty(query, H)  # (E, H) caller's order
-    keep = (graph.unsort(keep.t()).contiguous() if need_alpha and keep is not None
-            else _empty(query, H, torch.bool))  # (E, H)
+    order = (lambda x: x.contiguous()) if sorted_alpha else (lambda x: graph.unsort(x).contiguous())
+    alpha = order(alpha.t()) if need_alpha else _empty(query, H)  # (E, H) caller's (or sorted) order
+    keep = order(keep.t()) if need_alpha and keep is not None else _empty(query, H, torch.bool)  # (E, H)
     return out.contiguous(), alpha, keep
 
 
 @attention_op.register_fake
-def _(query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl):
+def _(query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl, sorted_alpha=False):
     L, H, _ = query.shape
     E = edge_index.size(1)
     out = query.new_empty(L, H, value.size(2))
@@ -170,17 +175,19 @@ def _(query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl
 @torch.library.custom_op("graphattn::attention_backward", mutates_args=())
 def attention_backward_op(grad_out: Tensor, grad_alpha: Optional[Tensor], query: Tensor, key: Tensor, value: Tensor,
                           edge_index: Tensor, edge_bias: Optional[Tensor], alpha: Tensor, keep: Optional[Tensor],
-                          scale: float, dropout: float, impl: str, need_ds: bool
+                          scale: float, dropout: float, impl: str, need_ds: bool, sorted_alpha: bool = False
                           ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``dq (L, H, D)``, ``dk (S, H, D)``, ``dv (S, H, D_v)`` and ``d score (E, H)`` (``(0, H)`` unless ``need_ds``)."""
+    """``dq (L, H, D)``, ``dk (S, H, D)``, ``dv (S, H, D_v)`` and ``d score (E, H)`` (``(0, H)`` unless ``need_ds``).
+
+    ``alpha``, ``keep`` and ``grad_alpha`` in sorted order when ``sorted_alpha`` (``d score`` is in the caller's).
+    """
     L, H, _ = query.shape
     S = key.size(0)
     graph = prepare(edge_index, L, S, device=query.device)
     chosen = choose_impl(graph, query, key, value, edge_bias, impl)  # the forward's choice (same inputs)
-    sorted_alpha = graph.sort(alpha).t()  # (H, E)
-    sorted_keep = None if keep is None else graph.sort(keep).t()  # (H, E)
-    sorted_grad_alpha = None if grad_alpha is None else graph.sort(grad_alpha).t()  # (H, E)
-    args = (query, key, value, sorted_alpha, sorted_keep, dropout, grad_out, sorted_grad_alpha, scale)
+    to_sorted = (lambda x: x.t()) if sorted_alpha else (lambda x: graph.sort(x).t())  # (E, H) -> (H, E) sorted
+    args = (query, key, value, to_sorted(alpha), None if keep is None else to_sorted(keep), dropout, grad_out,
+            None if grad_alpha is None else to_sorted(grad_alpha), scale)
     if chosen != "csr" and not finite(query, key, value):  # the forward was guarded: exact along the edges
         chosen = "csr"
     if chosen == "sdpa":
@@ -194,17 +201,18 @@ def attention_backward_op(grad_out: Tensor, grad_alpha: Optional[Tensor], query:
 
 
 @attention_backward_op.register_fake
-def _(grad_out, grad_alpha, query, key, value, edge_index, edge_bias, alpha, keep, scale, dropout, impl, need_ds):
+def _(grad_out, grad_alpha, query, key, value, edge_index, edge_bias, alpha, keep, scale, dropout, impl, need_ds,
+      sorted_alpha=False):
     H = query.size(1)
     return (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value),
             query.new_empty(edge_index.size(1) if need_ds else 0, H))
 
 
 def _setup_attention(ctx, inputs, output):
-    query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl = inputs
+    query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl, sorted_alpha = inputs
     _, alpha, keep = output
     ctx.save_for_backward(query, key, value, edge_index, edge_bias, alpha, keep)
-    ctx.scale, ctx.dropout, ctx.impl = scale, dropout, impl
+    ctx.scale, ctx.dropout, ctx.impl, ctx.sorted_alpha = scale, dropout, impl, sorted_alpha
 
 
 def _attention_backward(ctx, grad_out, grad_alpha, _grad_keep):
@@ -216,15 +224,17 @@ def _attention_backward(ctx, grad_out, grad_alpha, _grad_keep):
         grad_out = value.new_zeros(query.size(0), *value.shape[1:])
     needs = ctx.needs_input_grad
     if torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
+        if ctx.sorted_alpha and keep is not None:  # the reference reads the mask in the caller's order
+            keep = prepare(edge_index, query.size(0), key.size(0), device=query.device).unsort(keep)
         return _differentiable_backward(query, key, value, edge_index, edge_bias, keep, ctx.scale, ctx.dropout,
                                         grad_out, grad_alpha, needs)
     need_ds = edge_bias is not None and needs[4]
     dq, dk, dv, ds = attention_backward_op(grad_out, grad_alpha, query, key, value, edge_index, edge_bias, alpha,
-                                           keep, ctx.scale, ctx.dropout, ctx.impl, need_ds)
+                                           keep, ctx.scale, ctx.dropout, ctx.impl, need_ds, ctx.sorted_alpha)
     d_bias = None
     if need_ds:
         d_bias = ds if edge_bias.size(1) > 1 else ds.sum(1, keepdim=True)  # (E, H) or (E, 1)
-    return dq, dk, dv, None, d_bias, None, None, None, None
+    return dq, dk, dv, None, d_bias, None, None, None, None, None
 
 
 def reference_attention(query, key, value, edge_index, edge_bias, keep, scale: float, p: float):
@@ -252,7 +262,7 @@ def _differentiable_backward(query, key, value, edge_index, edge_bias, keep, sca
     inputs = [t for t, need in zip((query, key, value, edge_bias), (needs[0], needs[1], needs[2], needs[4]))
               if need and t is not None]
     if not inputs:
-        return None, None, None, None, None, None, None, None, None
+        return None, None, None, None, None, None, None, None, None, None
     with torch.enable_grad():
         # a view of each input (not the input itself): query, key and value may be one tensor, and the
         # gradient of each use is wanted apart; a view stays connected to what the input depends on
@@ -267,7 +277,7 @@ def _differentiable_backward(query, key, value, edge_index, edge_bias, keep, sca
         result = torch.autograd.grad(outputs, wrt, grads, create_graph=True, allow_unused=True)
     result = list(result) + [None] * (4 - len(result))
     dq, dk, dv, d_bias = (r if need else None for r, need in zip(result, (needs[0], needs[1], needs[2], needs[4])))
-    return dq, dk, dv, None, d_bias, None, None, None, None
+    return dq, dk, dv, None, d_bias, None, None, None, None, None
 
 
 attention_op.register_autograd(_attention_backward, setup_context=_setup_attention)

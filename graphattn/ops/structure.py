@@ -47,18 +47,22 @@ class _Graph:
         k = self.E // L if L else 0
         self.uniform_degree = k if L and k * L == self.E and bool((self.deg == k).all()) else None
         self._edge_set = self._find_edge_set()
-        self._transposed = self._distinct = None
+        self._transposed = self._distinct = self._inverse = None
         self._tiles, self._head_blocks = {}, {}
 
     def unsort(self, x: Tensor) -> Tensor:
-        """Per-edge rows from sorted order back to the caller's order."""
+        """Per-edge rows from sorted order back to the caller's order (a gather by the inverse permutation)."""
         if self.perm is None:
             return x
-        return x.new_empty(x.shape).index_copy_(0, self.perm, x)  # (E, ...)
+        with _LOCK:
+            if self._inverse is None:
+                self._inverse = torch.empty_like(self.perm).index_copy_(
+                    0, self.perm, torch.arange(self.E, device=self.perm.device))  # (E,) caller e -> sorted place
+        return x.index_select(0, self._inverse)  # (E, ...); index_select: 2-4x faster than x[idx] on the CPU
 
     def sort(self, x: Tensor) -> Tensor:
         """Per-edge rows from the caller's order to sorted order."""
-        return x if self.perm is None else x[self.perm]  # (E, ...)
+        return x if self.perm is None else x.index_select(0, self.perm)  # (E, ...)
 
     def edge_set(self) -> str | None:
         """``"full"`` or ``"causal"`` if the edges are exactly that set (each once), else None."""
