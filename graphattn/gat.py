@@ -60,20 +60,21 @@ def _plain(edge_index: Tensor) -> Tensor:
 _SELF_LOOPS = ContentCache("graphattn.gat self-loop cache", 8, "graphattn.gat._SELF_LOOPS.resize(n)")
 
 
+@torch.compiler.disable  # data-dependent shapes break the graph here anyway (PyG's too): run it eagerly, cached
 def _with_self_loops(module, edge_index, edge_attr, num_nodes):
     """PyG's self-loop handling: remove the graph's own, add one per node with ``fill_value``.
 
     Cached by content (:class:`graphattn.cache.ContentCache`), so that the
     same graph passed again gets the same edge tensor back and the kernels'
     structure cache hits instead of sorting the edges on every call (and both
-    layers of a model share it); not when ``edge_attr`` needs a gradient or
-    while compiling (traced as PyG's).
+    layers of a model share it); not when ``edge_attr`` needs a gradient.
+    Under ``torch.compile`` it runs eagerly between two graphs.
     """
     def build():
         edges, attr = remove_self_loops(edge_index, edge_attr)
         return add_self_loops(edges, attr, fill_value=module.fill_value, num_nodes=num_nodes)
 
-    if torch.compiler.is_compiling() or (edge_attr is not None and edge_attr.requires_grad and torch.is_grad_enabled()):
+    if edge_attr is not None and edge_attr.requires_grad and torch.is_grad_enabled():
         return build()
     fill = module.fill_value
     key = ("self_loops", num_nodes, fill if isinstance(fill, (float, int, str)) else id(fill), type(edge_index).__name__)
