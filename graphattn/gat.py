@@ -85,13 +85,13 @@ def _with_self_loops(module, edge_index, edge_attr, num_nodes):
 
 
 def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_attention_weights):
-    """Heads concatenated or averaged, residual, bias; PyG's return (weights whenever the flag is not None)."""
+    """Heads concatenated or averaged, residual, bias; PyG's return (the weights when the flag is truthy, as PyG 2.8)."""
     out = out.reshape(out.size(0), -1) if module.concat else out.mean(dim=1)  # (L, H*C) or (L, C)
     if res is not None:
         out = out + res
     if module.bias is not None:
         out = out + module.bias
-    if return_attention_weights is None:
+    if not return_attention_weights:
         return out
     return out, (edge_index, alpha)
 
@@ -196,7 +196,7 @@ class GATConv(PyGGATConv):
         score = F.leaky_relu(score, self.negative_slope)  # (E, H)
         out, alpha = ops.scored_attention(score, x_src, _plain(edge_index), num_targets, dropout=self.dropout,
                                           training=self.training,
-                                          need_weights=return_attention_weights is not None)  # (L, H, C), (E, H)
+                                          need_weights=bool(return_attention_weights))  # (L, H, C), (E, H)
         return _finish(self, out, res, edge_index, alpha, return_attention_weights)
 
     @classmethod
@@ -270,7 +270,7 @@ class GATv2Conv(PyGGATv2Conv):
         score = (F.leaky_relu(h, self.negative_slope) * self.att).sum(-1)  # (E, H, C) · (1, H, C) -> (E, H)
         out, alpha = ops.scored_attention(score, x_l, _plain(edge_index), x_r.size(0), dropout=self.dropout,
                                           training=self.training,
-                                          need_weights=return_attention_weights is not None)  # (L, H, C), (E, H)
+                                          need_weights=bool(return_attention_weights))  # (L, H, C), (E, H)
         return _finish(self, out, res, edge_index, alpha, return_attention_weights)
 
     @classmethod

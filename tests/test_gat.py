@@ -66,7 +66,7 @@ def test_bipartite_and_lazy_sizes(pyg_cls, ga_cls, convert):
 
 @pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)
 def test_pygs_conventions(pyg_cls, ga_cls, convert):
-    """repr, state_dict both ways, return_attention_weights=None (PyG's default) and False (still returns)."""
+    """repr, state_dict both ways, return_attention_weights=None (PyG's default) and False as PyG's."""
     ref = pyg_cls(8, 4, heads=2)
     ours = getattr(ga_cls, convert)(ref)
     assert repr(ours) == repr(ref)
@@ -74,8 +74,10 @@ def test_pygs_conventions(pyg_cls, ga_cls, convert):
     assert type(back) is pyg_cls and all(torch.equal(a, b) for a, b in zip(back.state_dict().values(),
                                                                              ref.state_dict().values()))
     x, edge_index = torch.randn(6, 8), torch.randint(0, 6, (2, 15))
-    assert isinstance(ours(x, edge_index, return_attention_weights=None), torch.Tensor)
-    out, (_, alpha) = ours(x, edge_index, return_attention_weights=False)  # PyG: any value but None returns them
+    for flag in (None, False):
+        assert type(ours(x, edge_index, return_attention_weights=flag)) is type(ref(x, edge_index,
+                                                                                 return_attention_weights=flag))
+    out, (_, alpha) = ours(x, edge_index, return_attention_weights=True)
     assert alpha.shape == (15 + 6 - int((edge_index[0] == edge_index[1]).sum()), 2)
 
 
@@ -153,7 +155,11 @@ def test_scored_attention_refuses_bad_scores():
     value, edge_index = torch.randn(4, 2, 3), torch.tensor([[0, 1], [1, 2]])
     with pytest.raises(ValueError, match=r"'score' to be shape \(E, H\) = \(2, 2\)"):
         ga.ops.scored_attention(torch.zeros(3, 2), value, edge_index, 4)
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match="'score' to be free of NaN"):
         ga.ops.scored_attention(torch.full((2, 2), float("nan")), value, edge_index, 4)
+    with pytest.raises(TypeError, match="'score' to be of the dtype of 'value'"):
+        ga.ops.scored_attention(torch.zeros(2, 2, dtype=torch.float64), value, edge_index, 4)
+    with pytest.raises(ValueError, match="'num_targets'"):
+        ga.ops.scored_attention(torch.zeros(2, 2), value, edge_index, -1)
     out, _ = ga.ops.scored_attention(torch.zeros(2, 2), value, edge_index, 4)
     assert torch.equal(out[0], torch.zeros(2, 3)) and torch.equal(out[3], torch.zeros(2, 3))  # no in-edges: 0

@@ -544,6 +544,18 @@ def test_bad_arguments(kwargs, exc, match):
         ga.attention(*(torch.randn(5, 2, 0),) * 3, ga.patterns.window(1, 1).edge_index(5))
 
 
+@pytest.mark.parametrize("pattern", [patterns.full(), patterns.causal()], ids=["full", "causal"])
+def test_pattern_path_backward_twice_and_gradcheck(pattern):
+    """SDPA's path for a pattern keeps its graph for a second backward (retain_graph) and passes gradcheck."""
+    q, k, v = (torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out, _ = ga.attention(q, k, v, pattern)
+    out.sum().backward(retain_graph=True)
+    first = q.grad.clone()
+    out.sum().backward()
+    assert_close(q.grad, 2 * first)
+    assert torch.autograd.gradcheck(lambda q, k, v: ga.attention(q, k, v, pattern)[0], (q, k, v))
+
+
 SECOND_ORDER = [pytest.param(kernel, graph, id=f"{kernel}-{graph}") for kernel, graph in
                 [("csr", "random"), ("block", "window"), ("auto", "full"), ("auto", "causal"), ("csr", "duplicates")]]
 

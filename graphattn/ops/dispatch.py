@@ -21,7 +21,8 @@ from graphattn.ops.sdpa import run_sdpa
 from graphattn.ops.shared import apply_keep, compute_dtype, resolve_scale
 from graphattn.ops.structure import pattern_edges
 from graphattn.patterns import is_pattern
-from graphattn.validate import check_bool, check_choice, check_float, check_probability, check_tensor, message
+from graphattn.validate import (check_bool, check_choice, check_float, check_int, check_probability, check_tensor,
+                                message)
 
 __all__ = ["attention", "scored_attention", "batched_attention", "check_qkv", "check_edge_bias", "choose_impl",
            "IMPLS"]
@@ -295,6 +296,12 @@ def scored_attention(score: Tensor, value: Tensor, edge_index: Tensor, num_targe
     if not isinstance(score, Tensor) or score.dim() != 2 or score.shape != (edge_index.size(1), H):
         got = tuple(score.shape) if isinstance(score, Tensor) else type(score).__name__
         raise ValueError(message("score", f"shape (E, H) = {(edge_index.size(1), H)}", got))
+    check_tensor("score", score, floating=True)
+    if score.dtype != value.dtype:
+        raise TypeError(message("score", f"of the dtype of 'value' ({value.dtype})", score.dtype))
+    num_targets = check_int("num_targets", num_targets, low=0)
+    if not torch.compiler.is_compiling() and score.numel() and bool((score.isnan() | score.isposinf()).any()):
+        raise ValueError(message("score", "free of NaN and +inf", "a NaN or +inf entry", "-inf gives weight 0"))
     dropout = check_probability("dropout", dropout)
     p = dropout if check_bool("training", training) else 0.0
     check_bool("need_weights", need_weights)

@@ -55,7 +55,8 @@ class _SDPA(torch.autograd.Function):
             grads = torch.autograd.grad(out, (q, k, v), grad, create_graph=True)
         else:
             needed = [leaf for leaf in ctx.leaves if leaf.requires_grad]
-            found = iter(torch.autograd.grad(ctx.local, needed, grad) if needed else ())
+            # retain_graph: the local graph lives as long as this node does (the caller may backward twice)
+            found = iter(torch.autograd.grad(ctx.local, needed, grad, retain_graph=True) if needed else ())
             grads = [next(found) if leaf.requires_grad else None for leaf in ctx.leaves]
         return (*grads, None, None, None, None)
 
