@@ -47,8 +47,8 @@ derivatives are exact too (a differentiable backward under
 """
 
 from graphattn.ops import operators  # noqa: F401  (registers the graphattn:: operators)
-from graphattn.ops.dispatch import (IMPLS, attention, batched_attention, check_edge_bias, check_qkv, choose_impl,
-                                    scored_attention)
+from graphattn.ops.dispatch import IMPLS, attention, batched_attention, check_edge_bias, check_qkv, choose_impl
+from graphattn.ops.scored import scored_attention
 from graphattn.ops.softmax import edge_scores, segment_softmax
 from graphattn.ops.structure import (BLOCK, CACHE_SIZE, MIN_FILL, TILE_FLOATS, cache_size, prepare,
                                      set_cache_size)

@@ -21,11 +21,9 @@ from graphattn.ops.sdpa import run_sdpa
 from graphattn.ops.shared import apply_keep, compute_dtype, resolve_scale
 from graphattn.ops.structure import pattern_edges
 from graphattn.patterns import is_pattern
-from graphattn.validate import (check_bool, check_choice, check_float, check_int, check_probability, check_tensor,
-                                message)
+from graphattn.validate import check_bool, check_choice, check_float, check_probability, check_tensor, message
 
-__all__ = ["attention", "scored_attention", "batched_attention", "check_qkv", "check_edge_bias", "choose_impl",
-           "IMPLS"]
+__all__ = ["attention", "batched_attention", "check_qkv", "check_edge_bias", "choose_impl", "IMPLS"]
 
 IMPLS = ("auto", "sdpa", "block", "csr")
 
@@ -142,8 +140,10 @@ def attention(
         A query with no incoming edge gets an exact zero row.
     alpha : Tensor, shape (E, H), or None
         Attention weight of each edge, in the order of ``edge_index``; for each
-        query i they sum to 1 over its edges (after dropout if applied, as
-        ``nn.MultiheadAttention`` returns them). None if ``need_weights`` is False.
+        query i they sum to 1 over its edges; with dropout applied they are
+        returned after it, as ``nn.MultiheadAttention`` returns them (each
+        kept weight divided by ``1 - dropout``, the others 0: the sum is 1
+        only in expectation). None if ``need_weights`` is False.
 
     Raises
     ------
@@ -231,83 +231,6 @@ def attention(
         _check_edge_list(edge_index)
     edge_bias = check_edge_bias(edge_bias, edge_index.size(1), H, dtype=query.dtype, check_values=False)
     return _edge_attention(query, key, value, edge_index, edge_bias, scale, p, need_weights, impl)
-
-
-def scored_attention(score: Tensor, value: Tensor, edge_index: Tensor, num_targets: int, *, dropout: float = 0.0,
-                     training: bool = True, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-    r"""Softmax of given edge scores over each target's incoming edges, then the weighted sum of values.
-
-    .. math::
-        \alpha_{ij}^h = \mathrm{softmax}_{j \in \mathcal{N}(i)}(s_{ij}^h), \qquad
-        y_i^h = \sum_{j \in \mathcal{N}(i)} \alpha_{ij}^h v_j^h
-
-    The additive attention of GAT [1]_ and GATv2 [2]_ computes ``s_ij`` from
-    per-node halves and an edge term (:class:`graphattn.GATConv`); this runs
-    the rest on the ``graphattn::attention`` operator (the CSR kernel with the
-    scores as its ``edge_bias`` and no query/key channels), so no ``(E, H, D)``
-    message tensor is formed.
-
-    Parameters
-    ----------
-    score : Tensor, shape (E, H)
-        Score of each edge and head, in the order of ``edge_index``; ``-inf``
-        gives an edge the weight 0 (NaN and ``+inf`` are refused).
-    value : Tensor, shape (S, H, D_v)
-        One row per source node j.
-    edge_index : Tensor, shape (2, E)
-        Row 0 = source j, row 1 = target i.
-    num_targets : int
-        L, the number of target (query) nodes.
-    dropout : float, default 0.0
-        Dropout on the weights, in [0, 1).
-    training : bool, default True
-    need_weights : bool, default False
-        Also return ``alpha (E, H)`` (after dropout).
-
-    Returns
-    -------
-    output : Tensor, shape (L, H, D_v)
-        A target without incoming edges gets an exact zero row.
-    alpha : Tensor, shape (E, H), or None
-
-    Raises
-    ------
-    TypeError, ValueError, IndexError
-        As :func:`attention` for ``edge_index``, ``value`` and ``dropout``;
-        ``score`` not of shape (E, H) or not of ``value``'s dtype.
-
-    References
-    ----------
-    .. [1] Velickovic et al., "Graph Attention Networks", ICLR 2018, eq. (3)-(4).
-    .. [2] Brody, Alon and Yahav, "How Attentive are Graph Attention Networks?", ICLR 2022, eq. (7).
-
-    Examples
-    --------
-    >>> import torch
-    >>> edge_index = torch.tensor([[0, 1, 1], [1, 1, 0]])   # 0 -> 1, 1 -> 1, 1 -> 0
-    >>> score = torch.tensor([[0.0], [0.0], [5.0]])         # (E, H = 1)
-    >>> value = torch.tensor([[[1.0]], [[3.0]]])            # (S = 2, H, D_v = 1)
-    >>> scored_attention(score, value, edge_index, 2)[0].flatten()
-    tensor([3., 2.])
-    """
-    check_tensor("value", value, dim=3, shape_text="(S, H, D_v)", floating=True)
-    _check_edge_list(edge_index)
-    S, H, _ = value.shape
-    if not isinstance(score, Tensor) or score.dim() != 2 or score.shape != (edge_index.size(1), H):
-        got = tuple(score.shape) if isinstance(score, Tensor) else type(score).__name__
-        raise ValueError(message("score", f"shape (E, H) = {(edge_index.size(1), H)}", got))
-    check_tensor("score", score, floating=True)
-    if score.dtype != value.dtype:
-        raise TypeError(message("score", f"of the dtype of 'value' ({value.dtype})", score.dtype))
-    num_targets = check_int("num_targets", num_targets, low=0)
-    if not torch.compiler.is_compiling() and score.numel() and bool((score.isnan() | score.isposinf()).any()):
-        raise ValueError(message("score", "free of NaN and +inf", "a NaN or +inf entry", "-inf gives weight 0"))
-    dropout = check_probability("dropout", dropout)
-    p = dropout if check_bool("training", training) else 0.0
-    check_bool("need_weights", need_weights)
-    edge_bias = check_edge_bias(score, edge_index.size(1), H, dtype=value.dtype, check_values=False)
-    empty = value.new_empty(num_targets, H, 0), value.new_empty(S, H, 0)  # no query/key channels
-    return _edge_attention(*empty, value, edge_index, edge_bias, 1.0, p, need_weights, "auto")
 
 
 def _check_edge_list(edge_index) -> None:
