@@ -29,7 +29,7 @@ The rest, one concept per module: :mod:`~graphattn.ops.dispatch` (the entry
 :mod:`~graphattn.ops.structure` (the sorted structure, its tiles and its
 cache, :func:`prepare`), :mod:`~graphattn.ops.softmax` (the one segment
 softmax), :mod:`~graphattn.ops.guard` (exactness for non-finite features) and
-:mod:`~graphattn.ops.shared` (scale, dropout, the edge-bias gradient).
+:mod:`~graphattn.ops.shared` (scale, compute dtype, dropout).
 The structure cache keeps :func:`cache_size` graphs (default ``CACHE_SIZE`` = 8;
 change it with :func:`set_cache_size`; it warns once when it thrashes), is
 verified by content (never stale, whatever wrote to ``edge_index``) and is

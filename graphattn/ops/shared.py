@@ -1,4 +1,4 @@
-"""Pieces every kernel shares, written once: the scale, the compute dtype, dropout, the edge-bias gradient."""
+"""Pieces every kernel shares, written once: the scale, the compute dtype, dropout."""
 
 from __future__ import annotations
 
@@ -33,13 +33,3 @@ def draw_keep(like: Tensor, p: float) -> Tensor:
 def apply_keep(x: Tensor, keep: Tensor | None, p: float) -> Tensor:
     """``x * keep / (1 - p)``: dropout's rescaling (forward weights and their gradient alike); ``x`` if no mask."""
     return x if keep is None else x * keep / (1.0 - p)
-
-
-def bias_grad(ds: Tensor, bias_heads: int | None, needed: bool) -> Tensor | None:
-    """The gradient of ``edge_bias`` from ``d score (H, E)``: ``(E, H)``, or ``(E, 1)`` for a bias shared by heads.
-
-    None when there is no bias (``bias_heads`` None) or it needs no gradient.
-    """
-    if bias_heads is None or not needed:
-        return None
-    return ds.t() if bias_heads > 1 else ds.sum(0).unsqueeze(-1)  # (E, H) or (E, 1)
