@@ -3,7 +3,7 @@
 A sequence of L tokens is a graph of L nodes; an edge ``(j, i)`` says "query i
 may read key/value j". The complete graph is ordinary self-attention, a DAG is
 causal attention, a bipartite graph is cross-attention, and removing edges is
-sparse attention. See ``DESIGN.md`` in the project for the conventions.
+sparse attention. See ``docs/design.md`` in the project for the conventions.
 
 ``import graphattn`` loads torch and the core (patterns, graphs, dense, ops)
 only. The layer (:class:`AttentionConv`, which needs PyTorch Geometric, and

@@ -2,7 +2,7 @@
 
 Every public entry point of graphattn checks its arguments here, so every
 refusal reads the same way and names the argument, what was expected and what
-was got (STYLE.md, "Errors")::
+was got (docs/style.md, "Errors")::
 
     Expected 'edge_index' to have shape (2, E) (got (3, 10))
 

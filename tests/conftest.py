@@ -9,7 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-# Exactness targets (DESIGN.md): float64 to 1e-10, float32 to the noise floor on unit-scale data.
+# Exactness targets (docs/design.md): float64 to 1e-10, float32 to the noise floor on unit-scale data.
 # Half precisions, on unit-scale data against a float32/float64 reference: about one unit in the
 # last place at 1.0 (float16 eps = 2**-10 ~ 9.8e-4, bfloat16 eps = 2**-7 ~ 7.8e-3), with rtol for
 # bfloat16 at torch.testing's own default (1.6e-2) since its 8-bit mantissa rounds every product.

@@ -41,7 +41,7 @@ def test_three_views_agree(p, L, S):
 
 @pytest.mark.parametrize("p, L, S", CASES)
 def test_edges_sorted_unique_in_range(p, L, S):
-    """DESIGN.md's contract: sorted by target then source, no duplicates, indices in range."""
+    """docs/design.md's contract: sorted by target then source, no duplicates, indices in range."""
     src, dst = p.edge_index(L, S)
     key = dst * S + src
     assert (key[1:] > key[:-1]).all()  # sorted by target then source, no duplicate

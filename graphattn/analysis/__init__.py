@@ -1,6 +1,6 @@
 """Attention graphs as networkx graphs: export, rollout, flow, hubs, smoothing.
 
-Every function follows DESIGN.md: an edge ``(j, i)`` (``edge_index[0] = j``,
+Every function follows docs/design.md: an edge ``(j, i)`` (``edge_index[0] = j``,
 ``edge_index[1] = i``) says query i reads key j with weight alpha_ij, and for
 each query the weights sum to 1 over its incoming edges. Node indices are token
 positions, so ``|i - j|`` is a distance in tokens.

@@ -1,7 +1,7 @@
 """Conversions between dense masks and edge lists, validation, and batching.
 
 This is the only package that converts between ``(L, S)`` masks and ``(2, E)``
-edge lists. Conventions (DESIGN.md):
+edge lists. Conventions (docs/design.md):
 
 - ``edge_index[0]`` is the source j (key/value position), ``edge_index[1]`` the
   target i (query position); an edge ``(j, i)`` means "query i may read key j".

@@ -55,7 +55,7 @@ def check_edge_index(edge_index: Tensor, num_sources: int, num_targets: int, nam
     if edge_index.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"Expected {name!r} to have an integer dtype (got {edge_index.dtype}); "
                         "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index")
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:  # the template's own example (STYLE.md)
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:  # the template's own example (docs/style.md)
         raise ValueError(f"Expected {name!r} to have shape (2, E) (got {tuple(edge_index.shape)})")
     if edge_index.numel() == 0:
         return

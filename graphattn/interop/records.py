@@ -6,7 +6,7 @@ its tokens and, for every layer, the edges the layer attended along and their
 weights. This is the data structure the analysis, plotting and pruning code
 consume.
 
-Conventions (DESIGN.md): node ids are token positions ``0 .. N-1`` of the
+Conventions (docs/design.md): node ids are token positions ``0 .. N-1`` of the
 sentence (special tokens such as ``[CLS]``/``[SEP]`` included, padding never);
 ``edge_index[0]`` is the source = key j, ``edge_index[1]`` the target = query
 i; ``alpha[e, h]`` is the weight with which query i reads key j in head h, and

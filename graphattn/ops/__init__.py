@@ -7,7 +7,7 @@ target = query i) and every head h:
 2) softmax    ``alpha_ijh = exp(s_ijh) / sum_{j' -> i} exp(s_ij'h)`` over the incoming edges of i
 3) aggregate  ``y_ih = sum_{j -> i} alpha_ijh v_jh``
 
-A query with no incoming edge gets an exact zero row (DESIGN.md).
+A query with no incoming edge gets an exact zero row (docs/design.md).
 
 Three exact kernels, none of which copies features onto edges (no ``(E, H, D)``
 tensor; extra memory is O(E H) + O(N H D)), a module each:

@@ -76,7 +76,7 @@ def check_edge_bias(edge_bias: Tensor | None, num_edges: int, heads: int, dtype=
         edge_bias = edge_bias.unsqueeze(-1)  # (E, 1)
     if edge_bias.dim() != 2 or edge_bias.size(0) != num_edges or edge_bias.size(1) not in (1, heads):
         raise ValueError(f"Expected 'edge_bias' to have shape (E,) or (E, H) = ({num_edges},) or "
-                         f"({num_edges}, {heads}) (got {got})")  # the template's shape form (STYLE.md)
+                         f"({num_edges}, {heads}) (got {got})")  # the template's shape form (docs/style.md)
     if check_values and not torch.compiler.is_compiling():
         check_bias_values(edge_bias)
     return edge_bias

@@ -5,7 +5,7 @@ artist it made, so tests and callers can read the data back. Nothing is saved,
 printed or shown; matplotlib is imported inside the functions, so importing
 this package is cheap and never picks a backend.
 
-Orientation everywhere (DESIGN.md): queries i on rows (y axis, top to
+Orientation everywhere (docs/design.md): queries i on rows (y axis, top to
 bottom, whatever ``rcParams["image.origin"]`` says), keys j on columns (x
 axis). A cell ``(i, j)`` is the weight with which query i (the edge's target)
 reads key j (the edge's source). Heatmaps carry a colour bar and take

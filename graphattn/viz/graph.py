@@ -1,6 +1,6 @@
 """Attention drawn as graphs: one head's weighted bipartite view, the encoder-decoder graph, multi-head.
 
-Edges follow DESIGN.md: ``edge_index`` row 0 = source = key j, row 1 = target
+Edges follow docs/design.md: ``edge_index`` row 0 = source = key j, row 1 = target
 = query i; an edge ``(j, i)`` is drawn from key j to query i.
 """
 

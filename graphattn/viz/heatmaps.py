@@ -1,6 +1,6 @@
 """Attention weights as pictures: one head's heatmap, a layers-by-heads grid, a pattern's mask.
 
-Orientation everywhere (DESIGN.md): queries i on rows (y axis, query 0 at the
+Orientation everywhere (docs/design.md): queries i on rows (y axis, query 0 at the
 top, whatever ``rcParams["image.origin"]`` says), keys j on columns (x axis).
 """
 
