@@ -98,7 +98,7 @@ def main(argv=None) -> int:
         loader = DataLoader(train, batch_size=32, shuffle=True)
         optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
         start = time.perf_counter()
-        for epoch in range(args.epochs):
+        for _ in range(args.epochs):
             loss, acc = run_epoch(model, loader, optimizer)
         seconds = (time.perf_counter() - start) / max(args.epochs, 1)
         _, test_acc = run_epoch(model, DataLoader(test, batch_size=64))

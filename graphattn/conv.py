@@ -14,8 +14,16 @@ from torch_geometric.nn import MessagePassing
 
 from graphattn import ops
 from graphattn.routing import attend, project, resolve, use_propagate
-from graphattn.validate import (as_int, check_bool, check_choice, check_fits_memory, check_int, check_not_jit,
-                                check_probability, message)
+from graphattn.validate import (
+    as_int,
+    check_bool,
+    check_choice,
+    check_fits_memory,
+    check_int,
+    check_not_jit,
+    check_probability,
+    message,
+)
 
 __all__ = ["AttentionConv"]
 
@@ -279,7 +287,7 @@ class AttentionConv(MessagePassing):
     # -- nn.MultiheadAttention interop -------------------------------------------------------------
 
     @classmethod
-    def from_multihead_attention(cls, mha: nn.MultiheadAttention) -> "AttentionConv":
+    def from_multihead_attention(cls, mha: nn.MultiheadAttention) -> AttentionConv:
         """Build a layer that computes exactly what ``mha`` computes.
 
         Call it as ``conv((key, value, query) nodes, edge_index)``: for

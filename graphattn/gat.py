@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import GATConv as PyGGATConv
-from torch_geometric.nn import MessagePassing
 from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
+from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from graphattn import ops
@@ -48,7 +48,8 @@ def _fast(module, edge_index) -> bool:
 def _keep_pygs_explain_path(module) -> None:
     """PyG's explain mode swaps in ``_orig_propagate`` (the one that applies edge masks); for a subclass of a
     PyG conv, PyG records the parent's generated ``propagate`` there: point it back at ``MessagePassing``'s
-    (a private PyG attribute, checked on 2.8)."""
+    (a private PyG attribute, checked on 2.8).
+    """
     type(module)._orig_propagate = MessagePassing.propagate
 
 
@@ -200,7 +201,7 @@ class GATConv(PyGGATConv):
         return _finish(self, out, res, edge_index, alpha, return_attention_weights)
 
     @classmethod
-    def from_gat_conv(cls, conv: PyGGATConv, impl: str = "auto") -> "GATConv":
+    def from_gat_conv(cls, conv: PyGGATConv, impl: str = "auto") -> GATConv:
         """An exact copy of a PyG ``GATConv`` (configuration and weights)."""
         return _from(cls, conv, impl)
 
@@ -274,7 +275,7 @@ class GATv2Conv(PyGGATv2Conv):
         return _finish(self, out, res, edge_index, alpha, return_attention_weights)
 
     @classmethod
-    def from_gatv2_conv(cls, conv: PyGGATv2Conv, impl: str = "auto") -> "GATv2Conv":
+    def from_gatv2_conv(cls, conv: PyGGATv2Conv, impl: str = "auto") -> GATv2Conv:
         """An exact copy of a PyG ``GATv2Conv`` (configuration and weights)."""
         return _from(cls, conv, impl)
 

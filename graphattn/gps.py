@@ -49,7 +49,7 @@ class GPSAttention(nn.MultiheadAttention):
     """
 
     @classmethod
-    def from_multihead_attention(cls, mha: nn.MultiheadAttention) -> "GPSAttention":
+    def from_multihead_attention(cls, mha: nn.MultiheadAttention) -> GPSAttention:
         """The same module (weights, dtype, device, mode) as a :class:`GPSAttention`."""
         if not isinstance(mha, nn.MultiheadAttention):
             raise TypeError(message("mha", "an nn.MultiheadAttention", type(mha).__name__))

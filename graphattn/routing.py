@@ -49,7 +49,8 @@ def needs_propagate(module) -> bool:
 
 def use_propagate(module, edge_index, batch: Tensor | None) -> bool:
     """The layer's path: ``propagate`` for ``impl="message_passing"`` and when :func:`needs_propagate`;
-    the fast operators otherwise, compiled or not (compiling no longer implies ``propagate``)."""
+    the fast operators otherwise, compiled or not (compiling no longer implies ``propagate``).
+    """
     return module.impl == "message_passing" or needs_propagate(module)
 
 
@@ -105,7 +106,8 @@ def resolve(edge_index, size, batch: Tensor | None, S: int, L: int, need_edges: 
 
 def attend(query: Tensor, key: Tensor, value: Tensor, graph, batch: Tensor | None = None, **kwargs):
     """The fast kernels: :func:`graphattn.ops.batched_attention` for a pattern with a batch, else
-    :func:`graphattn.attention`; ``kwargs`` (``edge_bias``, ``dropout``, ``training``, ``need_weights``) pass on."""
+    :func:`graphattn.attention`; ``kwargs`` (``edge_bias``, ``dropout``, ``training``, ``need_weights``) pass on.
+    """
     if is_pattern(graph) and batch is not None:
         if kwargs.get("edge_bias") is not None:
             raise ValueError(message("edge_bias", "None with a pattern and 'batch'", "a Tensor"))

@@ -11,10 +11,18 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops
-from graphattn.routing import attend, project, resolve, use_propagate
 from graphattn.graphs import check_edge_index
-from graphattn.validate import (check_bool, check_choice, check_fits_memory, check_int, check_not_jit,
-                                check_probability, check_tensor, message)
+from graphattn.routing import attend, project, resolve, use_propagate
+from graphattn.validate import (
+    check_bool,
+    check_choice,
+    check_fits_memory,
+    check_int,
+    check_not_jit,
+    check_probability,
+    check_tensor,
+    message,
+)
 
 __all__ = ["TransformerConv"]
 
@@ -339,7 +347,7 @@ class TransformerConv(MessagePassing):
                     bias=self.lin_key.bias is not None, root_weight=self.root_weight)
 
     @classmethod
-    def from_transformer_conv(cls, conv, impl: str = "auto") -> "TransformerConv":
+    def from_transformer_conv(cls, conv, impl: str = "auto") -> TransformerConv:
         """A layer computing exactly what ``conv`` (``torch_geometric.nn.TransformerConv``) computes.
 
         Same weights (``load_state_dict``), dtype, device and train/eval mode.

@@ -5,8 +5,8 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
-
 from conftest import assert_close
+
 from graphattn import analysis
 from graphattn.graphs import dense_to_edge_weights, mask_to_edge_index
 

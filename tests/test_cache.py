@@ -11,8 +11,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-
 from conftest import assert_close
+
 import graphattn as ga
 from graphattn import ops, patterns
 from graphattn.cache import ContentCache

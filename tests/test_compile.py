@@ -8,10 +8,10 @@ inductor test runs the real compiler on a small graph.
 
 import pytest
 import torch
+from conftest import assert_close
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch_geometric.nn import TransformerConv as PyGTransformerConv
 
-from conftest import assert_close
 import graphattn as ga
 from graphattn import patterns
 
@@ -84,8 +84,8 @@ def test_compiled_pattern_with_batch_is_one_ragged_operator():
     for pattern in (patterns.full(), patterns.causal()):
         backend, graphs = _recording()
         compiled = torch.compile(conv, fullgraph=True, backend=backend)
-        got = _grads(conv, x, lambda x: compiled(x, pattern, batch=batch))
-        want = _grads(conv, x, lambda x: conv(x, pattern, batch=batch))
+        got = _grads(conv, x, lambda x, compiled=compiled, pattern=pattern: compiled(x, pattern, batch=batch))
+        want = _grads(conv, x, lambda x, pattern=pattern: conv(x, pattern, batch=batch))
         assert "graphattn.ragged_attention.default" in _targets(graphs)
         for a, b in zip([got[0]] + got[1], [want[0]] + want[1]):
             assert_close(a, b)

@@ -3,10 +3,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import DTYPES, TOL, assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import DTYPES, TOL, assert_close
 from graphattn import AttentionConv, graphs, patterns
 from graphattn.dense import DenseAttention
 

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import DTYPES, TOL, assert_close
+
 from graphattn import dense
 
 

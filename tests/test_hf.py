@@ -12,12 +12,11 @@ import sys
 
 import pytest
 import torch
+from conftest import assert_close
 
 import graphattn as ga
 from graphattn.interop import hf
 from graphattn.interop.records import AttentionRecord, attention_records
-
-from conftest import TOL, assert_close
 
 # Real sentences of different lengths: the pronoun pair and sentences of the Python reference documentation.
 SENTENCES = [
@@ -165,12 +164,12 @@ def test_gpt2_records_are_the_causal_dag_and_padding_side_does_not_matter():
     texts = ["5 6 7 8 9", "10 11", "12 13 14 15 16 17 18"]
     right = attention_records(model, Tok("right"), texts)
     left = attention_records(model, Tok("left"), texts)
-    for r, l, t in zip(right, left, texts):
+    for r, lft, t in zip(right, left, texts):
         n = len(t.split())
-        assert r.tokens == l.tokens == t.split()
+        assert r.tokens == lft.tokens == t.split()
         for layer in range(2):
             assert torch.equal(r.edge_index[layer], ga.patterns.causal().edge_index(n))
-            assert_close(r.alphas[layer], l.alphas[layer])
+            assert_close(r.alphas[layer], lft.alphas[layer])
             sums = torch.zeros(n, 4, dtype=r.alphas[layer].dtype).index_add_(0, r.edge_index[layer][1],
                                                                                r.alphas[layer])
             assert_close(sums, torch.ones(n, 4, dtype=sums.dtype))

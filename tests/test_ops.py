@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import DTYPES, TOL, assert_close
+
 import graphattn as ga
 from graphattn import AttentionConv, graphs, ops, patterns
 from graphattn.dense import six_steps

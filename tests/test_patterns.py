@@ -6,7 +6,7 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask, create_mask
 
 from graphattn import patterns as P
-from graphattn.graphs import edge_index_to_mask, mask_to_edge_index
+from graphattn.graphs import mask_to_edge_index
 
 PATTERNS = [
     P.full(), P.causal(), P.window(2, 2), P.window(0, 3), P.window(3, 0, 2), P.window(None, 1),
@@ -113,23 +113,23 @@ def test_window_presets():
     assert torch.equal(P.flash_window(-1, -1).mask(5), P.full().mask(5))
 
 
-def sparse_transformer_strided(l, i):
+def sparse_transformer_strided(ell, i):
     """Child et al. 2019, Sec. 4.2.
 
-    A1 = {t, t + 1, ..., i} for t = max(0, i - l); A2 = {j : (i - j) mod l = 0}.
+    A1 = {t, t + 1, ..., i} for t = max(0, i - ell); A2 = {j : (i - j) mod ell = 0}.
     """
-    a1 = set(range(max(0, i - l), i + 1))
-    a2 = {j for j in range(i + 1) if (i - j) % l == 0}
+    a1 = set(range(max(0, i - ell), i + 1))
+    a2 = {j for j in range(i + 1) if (i - j) % ell == 0}
     return a1 | a2
 
 
-def sparse_transformer_fixed(l, c, i):
+def sparse_transformer_fixed(ell, c, i):
     """Child et al. 2019, Sec. 4.2.
 
-    A1 = {j : floor(j / l) = floor(i / l)}; A2 = {j : j mod l in {t, t + 1, ..., l}}, t = l - c.
+    A1 = {j : floor(j / ell) = floor(i / ell)}; A2 = {j : j mod ell in {t, t + 1, ..., ell}}, t = ell - c.
     """
-    a1 = {j for j in range(i + 1) if j // l == i // l}
-    a2 = {j for j in range(i + 1) if j % l in range(l - c, l + 1)}
+    a1 = {j for j in range(i + 1) if j // ell == i // ell}
+    a2 = {j for j in range(i + 1) if j % ell in range(ell - c, ell + 1)}
     return a1 | a2
 
 
@@ -299,7 +299,7 @@ def test_topk_against_brute_force_with_ties():
     g = torch.Generator().manual_seed(0)
     scores = torch.randint(0, 4, (9, 11), generator=g).double()  # many ties
     for k in [0, 1, 3, 11, 20]:
-        def rule(i, j):
+        def rule(i, j, k=k):
             ranked = sorted(range(11), key=lambda c: (-scores[i, c].item(), c))
             return j in ranked[:k]
 

@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import assert_close
-from graphattn import analysis, dense, graphs, patterns as P
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from graphattn import analysis, dense, graphs
+from graphattn import patterns as P
 
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -141,14 +143,14 @@ def test_graphs_refuse_bad_edge_lists_naming_edge_index(edge_index):
 
 
 # ---------------------------------------------------------------------------------------- patterns
-def strided_rule(l):
+def strided_rule(ell):
     """Child et al. 2019, Sec. 4.2: A1 = {max(0, i - l), ..., i}, A2 = {j <= i : (i - j) mod l = 0}."""
-    return lambda i, j: j <= i and (i - j <= l or (i - j) % l == 0)
+    return lambda i, j: j <= i and (i - j <= ell or (i - j) % ell == 0)
 
 
-def fixed_rule(l, c):
+def fixed_rule(ell, c):
     """Child et al. 2019, Sec. 4.2: j <= i, same block, or j mod l in {l - c, ..., l - 1}."""
-    return lambda i, j: j <= i and (j // l == i // l or j % l >= l - c)
+    return lambda i, j: j <= i and (j // ell == i // ell or j % ell >= ell - c)
 
 
 def window_rule(left, right, d):
@@ -170,12 +172,12 @@ def patterns_with_rules(draw, depth=1):
         d = draw(st.integers(1, 3))
         return P.window(left, right, d), window_rule(left, right, d)
     if kind == "strided":
-        l = draw(positive)
-        return P.strided(l), strided_rule(l)
+        ell = draw(positive)
+        return P.strided(ell), strided_rule(ell)
     if kind == "fixed":
-        l = draw(positive)
-        c = draw(st.integers(0, l))
-        return P.fixed(l, c), fixed_rule(l, c)
+        ell = draw(positive)
+        c = draw(st.integers(0, ell))
+        return P.fixed(ell, c), fixed_rule(ell, c)
     if kind == "global":
         g = set(draw(st.lists(st.integers(0, 12), max_size=3)))
         return P.global_tokens(sorted(g)), lambda i, j: i in g or j in g

@@ -15,11 +15,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from conftest import assert_close
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from matplotlib.figure import Figure
 
 import graphattn as ga
-from conftest import assert_close
 from graphattn import viz
 from graphattn.prune import metrics
 
@@ -335,7 +336,7 @@ def test_attention_is_the_float64_per_edge_loop(inputs):
 @st.composite
 def bad_attention_calls(draw):
     """(error, argument name, kwargs) for graphattn.attention with one bad argument."""
-    L = S = 4
+    L = 4
     q = k = v = torch.randn(L, 2, 3)
     edge_index = ga.patterns.full().edge_index(L)
     base = dict(query=q, key=k, value=v, edge_index=edge_index)

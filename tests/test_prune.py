@@ -4,12 +4,11 @@ import json
 
 import pytest
 import torch
+from conftest import assert_close
 
 from graphattn import patterns, prune
-from graphattn.prune.specs import parse_spec, threshold_keep
 from graphattn.patterns import topk_mask
-
-from conftest import assert_close
+from graphattn.prune.specs import parse_spec, threshold_keep
 
 
 @pytest.mark.parametrize(
@@ -210,7 +209,7 @@ def test_sparsity_observer_sees_each_layers_kept_graph_and_output():
     for b, n in enumerate(lengths):
         expected[b, :n, :n] = (patterns.window(1, 1) & patterns.causal()).mask(n)
     rows = mask.bool()  # (B, L): real queries
-    for layer, query, key, value, graph, out, alpha in calls:
+    for _layer, query, key, value, graph, out, alpha in calls:
         assert torch.equal(graph.allowed[:, 0], expected)
         assert alpha.shape == (int(expected.sum()), 4)
         ref = F.scaled_dot_product_attention(query, key, value, attn_mask=expected[:, None])  # (B, H, L, D)

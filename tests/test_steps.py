@@ -169,9 +169,9 @@ def test_errata_minilm_and_readme_table_regenerated():
     from pathlib import Path
 
     from graphattn import analysis
+    from graphattn.errata import ERRATA_SENTENCE, errata, errata_markdown
     from graphattn.interop.hf import load_minilm
     from graphattn.interop.records import attention_records
-    from graphattn.errata import ERRATA_SENTENCE, errata, errata_markdown
 
     rows = errata(model=True)
     assert len(rows) == 7

@@ -8,11 +8,11 @@ References
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import networkx as nx
-from networkx.algorithms.flow import build_residual_network, shortest_augmenting_path
 import torch
+from networkx.algorithms.flow import build_residual_network, shortest_augmenting_path
 from torch import Tensor
 
 from graphattn.analysis._checks import layer_list, num_nodes_of

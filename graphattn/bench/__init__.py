@@ -38,8 +38,20 @@ subprocess), :mod:`~graphattn.bench.report` (ratios, targets, table, files),
 (:mod:`graphattn.cli.bench`) imports this package.
 """
 
-from graphattn.bench.cases import (DEFAULT_SIZES, FULL_SIZES, KEYS, METHODS, MODES, PATTERNS, SCALING, WINDOW,
-                                   applicable, estimate_bytes, grid, num_edges)
+from graphattn.bench.cases import (
+    DEFAULT_SIZES,
+    FULL_SIZES,
+    KEYS,
+    METHODS,
+    MODES,
+    PATTERNS,
+    SCALING,
+    WINDOW,
+    applicable,
+    estimate_bytes,
+    grid,
+    num_edges,
+)
 from graphattn.bench.report import add_ratios, markdown, markdown_from_json, report, targets
 from graphattn.bench.suite import check_device, measure, run
 from graphattn.bench.worker import matmul_gflops, worker

@@ -54,7 +54,8 @@ def _malloc_for_memory_run(on: bool) -> None:
     """``on``: every buffer of 64 KiB or more is its own mapping, returned to the system when freed, and
     what glibc keeps of earlier buffers is returned now, so the resident size tracks live memory. ``off``:
     back to large buffers from the heap (glibc's steady state after warm-up), for the timed runs, since
-    per-buffer mappings cost page faults on every call."""
+    per-buffer mappings cost page faults on every call.
+    """
     import ctypes
 
     try:
@@ -235,7 +236,8 @@ def _worker_main() -> None:
 
 def spawn(cases: list[dict], timeout: float) -> list[dict]:
     """Run ``worker`` on ``cases`` in a fresh interpreter; a crash or timeout becomes the ``status``
-    of the case it hit, and the cases after it run in a new interpreter."""
+    of the case it hit, and the cases after it run in a new interpreter.
+    """
     env = dict(os.environ)
     code = "from graphattn.bench.worker import _worker_main; _worker_main()"
     results: list[dict] = []

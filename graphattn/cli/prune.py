@@ -233,7 +233,8 @@ def _task_panel(ax, results) -> None:
 
 def _labels(ax, labelled, metric) -> None:
     """Realisable patterns labelled beside their points; the dense row and the data-dependent ones, which
-    crowd together near dense cost, listed in a column in the empty lower right, each joined to its point."""
+    crowd together near dense cost, listed in a column in the empty lower right, each joined to its point.
+    """
     column = []
     for rows, color, crowded in labelled:
         for r in rows:

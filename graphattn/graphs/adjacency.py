@@ -1,5 +1,6 @@
 """Adjacency forms PyG users pass (edge_index, EdgeIndex, torch.sparse, SparseTensor) as edge lists
-(part of :mod:`graphattn.graphs`)."""
+(part of :mod:`graphattn.graphs`).
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -20,8 +20,8 @@ def _check_lengths(lengths) -> list[int]:
     if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
         raise TypeError(message("lengths", "a sequence of ints, one per sequence", lengths))
     lengths = list(lengths)
-    ints = [as_int(n) for n in lengths]
-    if any(n is None or n < 0 for n in ints) or sum(ints) > MAX_LENGTH:
+    ints = [n for n in map(as_int, lengths) if n is not None and n >= 0]
+    if len(ints) != len(lengths) or sum(ints) > MAX_LENGTH:
         raise ValueError(message("lengths", f"non-negative ints, {MAX_LENGTH} nodes at most in all", lengths))
     return ints
 

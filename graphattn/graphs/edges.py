@@ -18,9 +18,10 @@ def _size_pair(size, name: str = "size") -> tuple[int, int]:
     pair = [as_int(s) for s in size] if isinstance(size, (tuple, list, torch.Size)) and len(size) == 2 else None
     if pair is None or None in pair:
         raise TypeError(message(name, "an int N or a pair of ints (S, L)", size))
-    if not all(0 <= n <= MAX_LENGTH for n in pair):
+    num_src, num_dst = pair
+    if num_src is None or num_dst is None or not (0 <= num_src <= MAX_LENGTH and 0 <= num_dst <= MAX_LENGTH):
         raise ValueError(message(name, f"non-negative sizes <= {MAX_LENGTH}", tuple(pair)))
-    return pair[0], pair[1]
+    return num_src, num_dst
 
 
 def _check_dense(num_dst: int, num_src: int, heads: int = 1) -> None:

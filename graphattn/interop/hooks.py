@@ -36,9 +36,9 @@ from graphattn.interop.masks import base_graph, sparse_graph
 __all__ = ["graph_attention_forward", "attention_modules", "active"]
 
 _LOCK = threading.RLock()
-_LAYERS: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()  # attention module -> layer
-_SPARSITY: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()  # module -> [_Entry]
-_RECORDERS: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()  # module -> [_Entry]
+_LAYERS: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()  # attention module -> layer
+_SPARSITY: weakref.WeakKeyDictionary[nn.Module, list] = weakref.WeakKeyDictionary()  # module -> [_Entry]
+_RECORDERS: weakref.WeakKeyDictionary[nn.Module, list] = weakref.WeakKeyDictionary()  # module -> [_Entry]
 TABLES = {"sparsity": _SPARSITY, "recording": _RECORDERS}
 
 

@@ -48,12 +48,19 @@ derivatives are exact too (a differentiable backward under
 
 from graphattn.ops import operators  # noqa: F401  (registers the graphattn:: operators)
 from graphattn.ops.dispatch import IMPLS, attention, batched_attention, check_edge_bias, check_qkv, choose_impl
+from graphattn.ops.operators import OPERATORS
 from graphattn.ops.scored import scored_attention
 from graphattn.ops.softmax import edge_scores, segment_softmax
-from graphattn.ops.structure import (BLOCK, CACHE_SIZE, MIN_FILL, TILE_FLOATS, cache_size, prepare,
-                                     set_cache_size)
-from graphattn.ops.structure import _Graph  # noqa: F401  (tests build structures directly: ops._Graph)
-from graphattn.ops.operators import OPERATORS
+from graphattn.ops.structure import (
+                                     BLOCK,
+                                     CACHE_SIZE,
+                                     MIN_FILL,
+                                     TILE_FLOATS,
+                                     _Graph,  # noqa: F401  (tests build structures directly: ops._Graph)
+                                     cache_size,
+                                     prepare,
+                                     set_cache_size,
+)
 
 __all__ = ["attention", "scored_attention", "batched_attention", "prepare", "segment_softmax", "edge_scores", "check_qkv", "check_edge_bias",
            "choose_impl", "set_cache_size", "cache_size", "IMPLS", "BLOCK", "MIN_FILL", "TILE_FLOATS", "CACHE_SIZE",

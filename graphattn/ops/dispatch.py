@@ -15,8 +15,14 @@ from torch import Tensor
 
 from graphattn.ops.guard import causal_guards
 from graphattn.ops.operators import attention_op, check_bias_values, choose_impl, ragged_attention_op
-from graphattn.ops.ragged import RAGGED_KINDS, fits_one_padded_call, group_sizes, padded_attention, per_graph_edges
-from graphattn.ops.ragged import ragged_forward
+from graphattn.ops.ragged import (
+    RAGGED_KINDS,
+    fits_one_padded_call,
+    group_sizes,
+    padded_attention,
+    per_graph_edges,
+    ragged_forward,
+)
 from graphattn.ops.sdpa import run_sdpa
 from graphattn.ops.shared import apply_keep, compute_dtype, resolve_scale
 from graphattn.ops.structure import pattern_edges

@@ -40,8 +40,6 @@ Registering these operators at import is the one global effect of
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 
@@ -123,7 +121,7 @@ def _empty(like: Tensor, heads: int, dtype=None) -> Tensor:
 
 
 @torch.library.custom_op("graphattn::attention", mutates_args=())
-def attention_op(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, edge_bias: Optional[Tensor],
+def attention_op(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, edge_bias: Tensor | None,
                  scale: float, dropout: float, need_alpha: bool, impl: str, sorted_alpha: bool = False
                  ) -> tuple[Tensor, Tensor, Tensor]:
     """Attention along ``edge_index``: ``out (L, H, D_v)``, ``alpha (E, H)`` and ``keep (E, H)`` (see module).
@@ -173,8 +171,8 @@ def _(query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl
 
 
 @torch.library.custom_op("graphattn::attention_backward", mutates_args=())
-def attention_backward_op(grad_out: Tensor, grad_alpha: Optional[Tensor], query: Tensor, key: Tensor, value: Tensor,
-                          edge_index: Tensor, edge_bias: Optional[Tensor], alpha: Tensor, keep: Optional[Tensor],
+def attention_backward_op(grad_out: Tensor, grad_alpha: Tensor | None, query: Tensor, key: Tensor, value: Tensor,
+                          edge_index: Tensor, edge_bias: Tensor | None, alpha: Tensor, keep: Tensor | None,
                           scale: float, dropout: float, impl: str, need_ds: bool, sorted_alpha: bool = False
                           ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``dq (L, H, D)``, ``dk (S, H, D)``, ``dv (S, H, D_v)`` and ``d score (E, H)`` (``(0, H)`` unless ``need_ds``).

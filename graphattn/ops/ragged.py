@@ -136,7 +136,8 @@ def fits_one_padded_call(counts: Tensor) -> bool:
 
 def _calls(batch: Tensor, counts: Tensor) -> list[tuple[Tensor | None, Tensor, Tensor]]:
     """``(nodes or None, batch, counts)`` of each padded call: all graphs at once, or grouped by size (within a
-    factor 2, so each group's padding is at most 4x its work)."""
+    factor 2, so each group's padding is at most 4x its work).
+    """
     if fits_one_padded_call(counts):
         return [(None, batch, counts)]
     group = torch.log2(counts.clamp(min=1).double()).ceil().long()  # (B,) size class of each graph

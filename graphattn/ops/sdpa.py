@@ -134,7 +134,7 @@ def run_sdpa(query, key, value, kind, scale, p, need_weights, guards, fix):
 
 def dense_forward(kind: str, query, key, value, scale: float, p: float, need_alpha: bool):
     """Inside the operator: ``out (L, H, D_v)``, ``alpha (H, E)`` before dropout (or ``(H, 0)``), ``keep``."""
-    L, S, H = query.size(0), key.size(0), query.size(1)
+    L, S = query.size(0), key.size(0)
     if not need_alpha:  # nothing differentiates or reads the weights: SDPA's fused kernel
         out, alpha, _ = _sdpa(query, key, value, kind, scale, p, False)
         return out.contiguous(), alpha, None

@@ -75,7 +75,7 @@ class Pattern:
     (1, 1, 4, 4)
     """
 
-    kind = None  # "full" or "causal" lets the kernels dispatch to dense paths
+    kind: str | None = None  # "full" or "causal" lets the kernels dispatch to dense paths
 
     def __init__(self, name: str, call: str):
         self.name, self._call = name, call
@@ -86,6 +86,14 @@ class Pattern:
     def _sizes(self, L, S):
         L = check_int("L", L, 0, MAX_LENGTH)
         return L, (L if S is None else check_int("S", S, 0, MAX_LENGTH))
+
+    def _edges(self, L: int, S: int) -> Tensor:
+        """The edges ``(2, E)`` for a query side of ``L`` and a key side of ``S``, sorted by target then source."""
+        raise NotImplementedError(f"{type(self).__name__} does not define _edges")
+
+    def _rule(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        """The elementwise predicate: True where query ``q_idx`` may read key ``kv_idx``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define _rule")
 
     def edge_index(self, L: int, S: int | None = None) -> Tensor:
         """Edges (2, E), int64: row 0 = key j, row 1 = query i, sorted by i then j.

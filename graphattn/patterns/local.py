@@ -185,6 +185,6 @@ def flash_window(left: int, right: int) -> Pattern:
     'causal'
     """
     left, right = (check_int(name, v, -1, None) for name, v in (("left", left), ("right", right)))
-    return window(*(None if v == -1 else v for v in (left, right)))
+    return window(None if left == -1 else left, None if right == -1 else right)
 
 

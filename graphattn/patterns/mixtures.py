@@ -14,8 +14,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from graphattn.patterns.base import MAX_ELEMENTS, Pattern, _check_elements, _Composite, _ragged, _Sized, \
-    _sort_unique, _TooLarge
+from graphattn.patterns.base import (
+    MAX_ELEMENTS,
+    Pattern,
+    _check_elements,
+    _Composite,
+    _ragged,
+    _Sized,
+    _sort_unique,
+    _TooLarge,
+)
 from graphattn.patterns.local import longformer_window
 from graphattn.validate import as_int, check_int, message
 
@@ -45,7 +53,7 @@ class _Global(Pattern):
         return (q_idx.unsqueeze(-1) == g).any(-1) | (kv_idx.unsqueeze(-1) == g).any(-1)
 
 
-def global_tokens(indices) -> Pattern:
+def global_tokens(indices) -> _Global:
     """Global tokens: every global token reads all keys and is read by all queries.
 
     Rule: i in G or j in G (symmetric). Indices >= L (queries) or >= S (keys) are
@@ -70,7 +78,7 @@ DRAW_CHUNK = 2 ** 20  # random numbers drawn at once by the dense draw: rows of 
 
 
 def _dense_draw(L: int, S: int, k: int, g: torch.Generator) -> Tensor:
-    """k distinct keys per row for 8 k > S: the top k of S uniform numbers, in chunks of rows.
+    """K distinct keys per row for 8 k > S: the top k of S uniform numbers, in chunks of rows.
 
     The k largest of S i.i.d. uniforms are a uniform k-subset; E = L k > L S / 8,
     so the L S numbers drawn are fewer than 8 E. float64 makes ties negligible.
@@ -82,7 +90,7 @@ def _dense_draw(L: int, S: int, k: int, g: torch.Generator) -> Tensor:
 
 
 def _sparse_draw(L: int, S: int, k: int, g: torch.Generator) -> Tensor:
-    """k distinct keys per row for 8 k <= S, by rejection: O(L k log k), no (L, S) grid.
+    """K distinct keys per row for 8 k <= S, by rejection: O(L k log k), no (L, S) grid.
 
     Each try draws m = 2 k + 2 keys with replacement per row; a row with at
     least k distinct values keeps a uniform k-subset of them (random priorities),

@@ -20,11 +20,11 @@ class _Strided(Pattern):
         super().__init__(f"strided_{stride}", f"strided(stride={stride})")
 
     def _edges(self, L, S):
-        l, i = self.stride, torch.arange(L)  # (L,)
-        n_far = torch.div(i, l, rounding_mode="floor")  # (L,) keys i - l, i - 2l, ... >= 0
-        rows, off = _ragged(n_far + (i + 1).clamp(max=l))  # (E,), (E,)
-        far = rows % l + off * l  # (E,) every l-th key, ascending
-        near = (rows - l + 1).clamp(min=0) + off - n_far[rows]  # (E,) the last l keys
+        stride, i = self.stride, torch.arange(L)  # (L,)
+        n_far = torch.div(i, stride, rounding_mode="floor")  # (L,) keys i - stride, i - 2 stride, ... >= 0
+        rows, off = _ragged(n_far + (i + 1).clamp(max=stride))  # (E,), (E,)
+        far = rows % stride + off * stride  # (E,) every stride-th key, ascending
+        near = (rows - stride + 1).clamp(min=0) + off - n_far[rows]  # (E,) the last stride keys
         j = torch.where(off < n_far[rows], far, near)  # (E,)
         keep = j < S  # (E,)
         return torch.stack([j[keep], rows[keep]])  # (2, E)
@@ -56,21 +56,21 @@ class _Fixed(Pattern):
         super().__init__(f"fixed_{block}_{summary}", f"fixed(block={block}, summary={summary})")
 
     def _edges(self, L, S):
-        l, c, i = self.block, self.summary, torch.arange(L)  # (L,)
-        start = torch.div(i, l, rounding_mode="floor") * l  # (L,) first key of i's block
-        n_sum = start // l * c  # (L,) summary keys of earlier blocks
+        block, c, i = self.block, self.summary, torch.arange(L)  # (L,)
+        start = torch.div(i, block, rounding_mode="floor") * block  # (L,) first key of i's block
+        n_sum = start // block * c  # (L,) summary keys of earlier blocks
         rows, off = _ragged(n_sum + i - start + 1)  # (E,), (E,)
         c1 = max(c, 1)  # c == 0 has no summary keys; avoid dividing by 0
-        summ = torch.div(off, c1, rounding_mode="floor") * l + l - c + off % c1  # (E,)
+        summ = torch.div(off, c1, rounding_mode="floor") * block + block - c + off % c1  # (E,)
         own = start[rows] + off - n_sum[rows]  # (E,) keys of i's own block up to i
         j = torch.where(off < n_sum[rows], summ, own)  # (E,)
         keep = j < S  # (E,)
         return torch.stack([j[keep], rows[keep]])  # (2, E)
 
     def _rule(self, q_idx, kv_idx):
-        l, c = self.block, self.summary
-        block_q, block_kv = (torch.div(x, l, rounding_mode="floor") for x in (q_idx, kv_idx))
-        return (kv_idx <= q_idx) & ((block_kv == block_q) | (kv_idx % l >= l - c))
+        block, c = self.block, self.summary
+        block_q, block_kv = (torch.div(x, block, rounding_mode="floor") for x in (q_idx, kv_idx))
+        return (kv_idx <= q_idx) & ((block_kv == block_q) | (kv_idx % block >= block - c))
 
 
 def fixed(block: int, summary: int) -> Pattern:

@@ -23,8 +23,7 @@ Nothing heavy (transformers, pandas, matplotlib) is imported until a function ne
 from graphattn.prune import corpus, keep, metrics, models, specs, sweep, tasks
 from graphattn.prune.corpus import DEFAULT_LIMIT
 from graphattn.prune.models import load_model
-from graphattn.prune.report import (SELF_CHECK_TOL, TABLE_COLUMNS, format_table, self_check,
-                                    write_outputs)
+from graphattn.prune.report import SELF_CHECK_TOL, TABLE_COLUMNS, format_table, self_check, write_outputs
 from graphattn.prune.run import Results, run_experiment
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, Spec, as_spec, parse_spec
 from graphattn.prune.tasks import Task, make_task

@@ -9,8 +9,8 @@ sparsity callable (:meth:`Spec.select`) and gives the teacher-forced mass
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -65,7 +65,7 @@ class Spec:
     draw: Callable[[int, int, int], Tensor] | None = field(default=None, repr=False)  # (n, layer, head) -> (n, n)
 
     @classmethod
-    def budgeted(cls, text: str, name: str, family: str, budget, **kw) -> "Spec":
+    def budgeted(cls, text: str, name: str, family: str, budget, **kw) -> Spec:
         """A top-k spec: query i keeps its ``budget(weights, valid)[..., i]`` highest-weight keys (ties: lower key)."""
         return cls(text, name, family, None, lambda w, valid: topk_mask(w, budget(w, valid)), budget=budget, **kw)
 

@@ -48,7 +48,8 @@ def _check_pair(a: Tensor, b: Tensor, names: tuple[str, str]) -> None:
 
 def _check_values(name: str, t: Tensor, kind: str) -> None:
     """Entry check: ``"mask"`` a bool tensor; ``"weights"`` finite and >= 0, ``"floats"`` finite, both floating
-    point; ``"numbers"`` finite, any real dtype but bool. ``TypeError``/``ValueError`` naming ``name``."""
+    point; ``"numbers"`` finite, any real dtype but bool. ``TypeError``/``ValueError`` naming ``name``.
+    """
     check_tensor(name, t, floating=kind in ("weights", "floats") or None)
     if kind == "mask":
         if t.dtype != torch.bool:

@@ -148,7 +148,8 @@ def is_causal(model) -> bool:
 @contextlib.contextmanager
 def attention_implementation(model, name: str):
     """Run ``model`` with the attention implementation ``name`` inside the block (public
-    ``set_attn_implementation``), then restore the one it had."""
+    ``set_attn_implementation``), then restore the one it had.
+    """
     from graphattn.interop import hf
 
     before = model.config._attn_implementation

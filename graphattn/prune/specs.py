@@ -64,7 +64,8 @@ def _value(family: str, key: str, text: str, kind):
 
 def _role(token: str) -> list[int]:
     """A global token by index or role: ``cls`` -> [0], ``sep``/``last`` -> [-1] (each sequence's last token),
-    ``first4`` -> [0, 1, 2, 3], ``7`` -> [7]."""
+    ``first4`` -> [0, 1, 2, 3], ``7`` -> [7].
+    """
     if token == "cls":
         return [0]
     if token in ("sep", "last"):

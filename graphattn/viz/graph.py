@@ -6,7 +6,7 @@ Edges follow docs/design.md: ``edge_index`` row 0 = source = key j, row 1 = targ
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -6,13 +6,21 @@ top, whatever ``rcParams["image.origin"]`` says), keys j on columns (x axis).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from graphattn.validate import as_int, message
-from graphattn.viz._common import (KEY_LABEL, QUERY_LABEL, as_numpy, check_labels, color_range,
-                                   get_ax, set_ticks, write_values)
+from graphattn.viz._common import (
+    KEY_LABEL,
+    QUERY_LABEL,
+    as_numpy,
+    check_labels,
+    color_range,
+    get_ax,
+    set_ticks,
+    write_values,
+)
 
 __all__ = ["attention_heatmap", "head_grid", "pattern_mask"]
 
@@ -95,7 +103,6 @@ def attention_heatmap(
     ([[False, True], [False, False]], ['1.00', '0.25', '0.75'])
     >>> plt.close(fig)
     """
-    import matplotlib as mpl
     from matplotlib.patches import Rectangle
 
     w = as_numpy(weights, "weights", ndim=2)
@@ -135,7 +142,7 @@ def attention_heatmap(
 
 
 def _colormap(cmap):
-    """matplotlib's colormap named ``cmap`` (or ``cmap`` itself), ValueError naming it otherwise."""
+    """Matplotlib's colormap named ``cmap`` (or ``cmap`` itself), ValueError naming it otherwise."""
     import matplotlib as mpl
 
     if not isinstance(cmap, str):

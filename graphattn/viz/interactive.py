@@ -38,7 +38,7 @@ def bertviz_attention(record) -> dict:
 
 
 def bertviz_view(record, view: str = "head", **kwargs):
-    """bertviz's interactive head or model view of a record, returned as an HTML object (never displayed).
+    """Bertviz's interactive head or model view of a record, returned as an HTML object (never displayed).
 
     Parameters
     ----------
