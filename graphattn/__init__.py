@@ -15,21 +15,18 @@ or changes global state.
 """
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("graphattn")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0"
+from graphattn import dense, graphs, ops, patterns
+from graphattn.ops import attention
 
-from graphattn import dense, graphs, ops, patterns  # noqa: E402
-from graphattn.ops import attention  # noqa: E402
+__version__ = "0.2.0"  # the one place it is written: pyproject.toml reads it; CHANGELOG.md's top entry names it
 
 _LAZY = {"AttentionConv": ("graphattn.conv", "AttentionConv"), "conv": ("graphattn.conv", None),
          "interop": ("graphattn.interop", None), "TransformerConv": ("graphattn.transformer_conv", "TransformerConv"),
          "GATConv": ("graphattn.gat", "GATConv"), "GATv2Conv": ("graphattn.gat", "GATv2Conv")}
 
-__all__ = ["AttentionConv", "TransformerConv", "GATConv", "GATv2Conv", "attention", "conv", "dense", "graphs", "interop", "ops", "patterns", "__version__"]
+__all__ = ["AttentionConv", "TransformerConv", "GATConv", "GATv2Conv", "attention", "conv", "dense", "graphs", "interop",
+           "ops", "patterns", "__version__"]
 
 
 def __getattr__(name):

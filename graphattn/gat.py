@@ -28,10 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import GATConv as PyGGATConv
 from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
-from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
-from graphattn import ops
+from graphattn import _compat, ops
 from graphattn.cache import ContentCache
 from graphattn.routing import needs_propagate
 from graphattn.validate import check_choice
@@ -46,11 +45,8 @@ def _fast(module, edge_index) -> bool:
 
 
 def _keep_pygs_explain_path(module) -> None:
-    """PyG's explain mode swaps in ``_orig_propagate`` (the one that applies edge masks); for a subclass of a
-    PyG conv, PyG records the parent's generated ``propagate`` there: point it back at ``MessagePassing``'s
-    (a private PyG attribute, checked on 2.8).
-    """
-    type(module)._orig_propagate = MessagePassing.propagate
+    """PyG's explain mode applies edge masks in ``MessagePassing.propagate``: keep it (:mod:`graphattn._compat`)."""
+    _compat.keep_pyg_explain_path(type(module))
 
 
 def _plain(edge_index: Tensor) -> Tensor:

@@ -22,19 +22,13 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
 
-from graphattn import ops
+from graphattn import _compat, ops
 from graphattn.graphs import to_edge_index
 from graphattn.ops.ragged import group_sizes, per_graph_edges
 from graphattn.patterns import is_pattern
 from graphattn.validate import message
 
 __all__ = ["needs_propagate", "use_propagate", "resolve", "attend", "project"]
-
-_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
-          "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
-          "_message_and_aggregate_forward_pre_hooks", "_message_and_aggregate_forward_hooks",
-          "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
-
 
 def needs_propagate(module) -> bool:
     """True when PyG machinery must see every edge: explain mode or a registered message-passing hook.
@@ -44,7 +38,7 @@ def needs_propagate(module) -> bool:
     to every message; ``AttentionExplainer`` registers a message forward hook
     and reads ``alpha``.
     """
-    return bool(module._explain) or any(len(getattr(module, name, ())) for name in _HOOKS)
+    return _compat.pyg_needs_propagate(module)
 
 
 def use_propagate(module, edge_index, batch: Tensor | None) -> bool:
@@ -125,8 +119,8 @@ def project(x: Tensor, *lins) -> tuple[Tensor, ...]:
     ``state_dict`` unchanged); gradients reach each one through the concatenation.
     """
     fusable = len(lins) > 1 and all(
-        not isinstance(lin.weight, UninitializedParameter) and not lin._forward_hooks
-        and not lin._forward_pre_hooks and (lin.bias is None) == (lins[0].bias is None) for lin in lins)
+        not isinstance(lin.weight, UninitializedParameter) and not _compat.has_forward_hooks(lin)
+        and (lin.bias is None) == (lins[0].bias is None) for lin in lins)
     if not fusable:
         return tuple(lin(x) for lin in lins)
     weight = torch.cat([lin.weight for lin in lins])  # (sum F_out, F_in)

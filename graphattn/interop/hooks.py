@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from graphattn import ops
+from graphattn import _compat, ops
 from graphattn.interop.masks import base_graph, sparse_graph
 
 __all__ = ["graph_attention_forward", "attention_modules", "active"]
@@ -185,10 +185,5 @@ def _weights_requested(module: nn.Module, kwargs: dict) -> bool:
     """Whether the caller collects attention weights (``output_attentions``; some layers swallow the kwarg)."""
     if kwargs.get("output_attentions") or getattr(getattr(module, "config", None), "output_attentions", False):
         return True
-    try:  # transformers 5 collects them with hooks; its collector says what is being recorded (checked on 5.24)
-        from transformers.utils.output_capturing import _active_collector
-
-        collected = _active_collector.get()
-    except (ImportError, LookupError):
-        return False
+    collected = _compat.hf_collected_outputs()  # transformers 5 collects them with hooks
     return bool(collected) and any(k.endswith("attentions") for k in collected)
