@@ -111,3 +111,20 @@ def test_readme_layout_table_names_existing_paths():
 def test_there_are_six_notebooks():
     notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
     assert [p.stem[:2] for p in notebooks] == ["01", "02", "03", "04", "05", "06"]
+
+
+def test_version_is_written_once_and_the_changelog_names_it():
+    """``graphattn.__version__`` is the version pyproject reads; CHANGELOG.md's top entry is that version."""
+    import graphattn
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "graphattn.__version__"}
+    top = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    assert top and top.group(1) == graphattn.__version__
+
+
+def test_python_floor_is_what_the_code_needs():
+    """``requires-python`` admits no version older than the one the tests run on needs (``tomllib``: 3.11)."""
+    floor = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert floor == ">=3.11" and sys.version_info >= (3, 11)
