@@ -89,8 +89,10 @@ class AttentionConv(MessagePassing):
         Passed to :class:`torch_geometric.nn.MessagePassing`, except ``aggr``
         and ``flow``, which are fixed to ``"add"`` and ``"source_to_target"``.
 
-    Shapes
-    ------
+    Notes
+    -----
+    Shapes:
+
     - input: ``x (N, F_in)``, or ``(x_kv (S, F_kv), x_q (L, F_q))``, or
       ``(x_k (S, F_k), x_v (S, F_v), x_q (L, F_q))``; ``edge_index (2, E)``
       (row 0 = source j = key, row 1 = target i = query); ``edge_bias (E,)`` or ``(E, H)``

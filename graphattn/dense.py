@@ -4,7 +4,7 @@ No fused kernels and no fast paths: every intermediate is computed with
 ordinary matrix products and returned under its name, for teaching and as the
 reference every fast path is tested against.
 
-The six steps (Vaswani et al. 2017, eq. 1), for one head of width ``d_k``:
+The six steps (Vaswani et al. 2017, eq. 1 [1]_), for one head of width ``d_k``:
 
 1) project   ``Q = X W_Q,  K = X W_K,  V = X W_V``
 2) score     ``Q K^T``                         (rows = queries i, columns = keys j)

@@ -84,15 +84,6 @@ class TransformerConv(MessagePassing):
         Passed to :class:`torch_geometric.nn.MessagePassing` (``aggr`` and
         ``flow`` fixed to ``"add"`` and ``"source_to_target"``).
 
-    Shapes
-    ------
-    - input: ``x (N, F_in)`` or ``(x_src (S, F_src), x_dst (L, F_dst))``;
-      ``edge_index (2, E)``, an ``EdgeIndex``, a transposed sparse adjacency
-      ``adj_t (L, S)`` (``torch.sparse`` or ``SparseTensor``); ``edge_attr (E, F_e)``
-    - output: ``(L, H * D)`` (``(L, D)`` with ``concat=False``); with
-      ``return_attention_weights=True`` ``(out, (edge_index, alpha))``,
-      ``alpha (E, H)`` (for a ``SparseTensor``, the adjacency holding alpha)
-
     Raises
     ------
     ValueError
@@ -107,6 +98,15 @@ class TransformerConv(MessagePassing):
 
     Notes
     -----
+    Shapes:
+
+    - input: ``x (N, F_in)`` or ``(x_src (S, F_src), x_dst (L, F_dst))``;
+      ``edge_index (2, E)``, an ``EdgeIndex``, a transposed sparse adjacency
+      ``adj_t (L, S)`` (``torch.sparse`` or ``SparseTensor``); ``edge_attr (E, F_e)``
+    - output: ``(L, H * D)`` (``(L, D)`` with ``concat=False``); with
+      ``return_attention_weights=True`` ``(out, (edge_index, alpha))``,
+      ``alpha (E, H)`` (for a ``SparseTensor``, the adjacency holding alpha)
+
     Differences from PyG's ``TransformerConv``: the returned ``alpha`` is taken
     after dropout (as :func:`graphattn.attention` and ``nn.MultiheadAttention``
     return it; identical in eval mode or with ``dropout=0``); ``edge_attr``

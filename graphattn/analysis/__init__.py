@@ -8,12 +8,12 @@ positions, so ``|i - j|`` is a distance in tokens.
 - :func:`to_networkx` turns one layer's ``(edge_index, alpha)`` into a
   ``networkx.DiGraph`` with edges j -> i (GraphML export works).
 - :func:`attention_received` and :func:`attention_pagerank` rank the tokens
-  that collect attention (hubs such as [CLS] and [SEP]); graph first,
+  that collect attention (hubs such as [CLS] and [SEP]; PageRank [2]_); graph first,
   ``weight="weight"``, dicts keyed by node holding Python floats.
 - :func:`attention_rollout` and :func:`attention_flow` follow information
   through the layers (Abnar & Zuidema 2020 [1]_).
 - :func:`self_share` and :func:`mean_attention_distance` summarise each head;
-  :func:`mean_cosine_similarity` measures over-smoothing of representations.
+  :func:`mean_cosine_similarity` measures over-smoothing of representations [3]_.
 
 Modules: ``nxgraph`` (export, hubs), ``flow`` (rollout, flow), ``heads``
 (per-head summaries, smoothing). Every function refuses NaN, inf or negative

@@ -1,4 +1,4 @@
-"""Following information through the layers: attention rollout and attention flow.
+"""Following information through the layers: attention rollout and attention flow [1]_.
 
 References
 ----------

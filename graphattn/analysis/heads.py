@@ -1,4 +1,4 @@
-"""Per-head summaries (self share, attention distance) and over-smoothing (cosine similarity).
+"""Per-head summaries (self share, attention distance) and over-smoothing (cosine similarity [3]_).
 
 References
 ----------

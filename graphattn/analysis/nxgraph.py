@@ -1,4 +1,4 @@
-"""One layer's attention as a networkx graph, and the tokens that collect attention (hubs).
+"""One layer's attention as a networkx graph, and the tokens that collect attention (hubs, PageRank [2]_).
 
 References
 ----------

@@ -4,4 +4,5 @@ import sys
 
 from graphattn.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (documentation tools do) runs nothing
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Hugging Face bridge: every attention layer of a transformers model as graph attention.
 
 :func:`register` adds an attention implementation named ``"graphattn"`` to
-transformers' ``AttentionInterface`` and its mask builder
+transformers' ``AttentionInterface`` [1]_ and its mask builder
 (:func:`graph_mask`) to ``AttentionMaskInterface``. Nothing is registered at
 import: :func:`register` runs on first use (:func:`load_model`,
 :func:`load_minilm`, :func:`sparsity`, :func:`recording`) or when you call

@@ -21,7 +21,8 @@ for the kernels' dispatch. :func:`is_pattern` is the one pattern check and
 Modules, by concept: ``base`` (Pattern, composition, size limits), ``local``
 (full, causal, windows), ``sparse_transformer`` (strided, fixed), ``mixtures``
 (global tokens, random, BigBird, Longformer), ``scored`` (top-k, threshold),
-``connectivity`` (stats).
+``connectivity`` (stats). The presets reproduce the Sparse Transformer [1]_,
+Longformer [2]_, BigBird [3]_ and FlashAttention's sliding window [4]_.
 
 References
 ----------

@@ -3,10 +3,6 @@
 Edge counts come from the edge list in O(E); the all-pairs questions
 (reachability within p hops, diameter) need an (L, L) computation and are
 answered only up to a documented size.
-
-References
-----------
-.. [1] Child et al., "Generating Long Sequences with Sparse Transformers", 2019.
 """
 from __future__ import annotations
 
@@ -85,6 +81,10 @@ def stats(pattern: Pattern, L: int, p: int = 2) -> dict:
     The counts take O(E) time and memory from the edge list, so L = 20000 with
     a sparse pattern is cheap. Reachability is a dense (L, L) product per hop,
     O(min(p, L) L^3) time, and is computed only for L <= ``REACH_MAX_L`` = 2048.
+
+    References
+    ----------
+    .. [1] Child et al., "Generating Long Sequences with Sparse Transformers", 2019.
 
     Examples
     --------

@@ -2,11 +2,6 @@
 
 Every builder validates its parameters with :mod:`graphattn.validate` and
 returns a :class:`~graphattn.patterns.Pattern`; see that class for the views.
-
-References
-----------
-.. [2] Beltagy et al., "Longformer: The Long-Document Transformer", 2020.
-.. [4] Dao, "FlashAttention-2", 2023 (``flash_attn_func(window_size=...)``).
 """
 from __future__ import annotations
 
@@ -131,6 +126,10 @@ def window(left: int | None, right: int | None, dilation: int = 1) -> Pattern:
     TypeError, ValueError
         For a non-int or negative ``left``/``right``, or ``dilation`` < 1.
 
+    References
+    ----------
+    .. [2] Beltagy et al., "Longformer: The Long-Document Transformer", 2020.
+
     Examples
     --------
     >>> p = window(1, 0)
@@ -147,6 +146,10 @@ def dilated(left: int, right: int, dilation: int = 2) -> Pattern:
 
     Rule: j = i + d t, t in [-left, right], 0 <= j < S.
 
+    References
+    ----------
+    .. [2] Beltagy et al., "Longformer: The Long-Document Transformer", 2020.
+
     Examples
     --------
     >>> dilated(1, 1, 2).mask(5)[2].int().tolist()
@@ -158,8 +161,12 @@ def dilated(left: int, right: int, dilation: int = 2) -> Pattern:
 def longformer_window(w: int) -> Pattern:
     """Longformer's sliding window of size w [2]_ (Section 3.1): w / 2 keys each side.
 
-    Rule: |i - j| <= w / 2, so w + 1 keys per query away from the edges. ``w``
+    Rule: ``|i - j| <= w / 2``, so w + 1 keys per query away from the edges. ``w``
     must be even, as in the reference implementation.
+
+    References
+    ----------
+    .. [2] Beltagy et al., "Longformer: The Long-Document Transformer", 2020.
 
     Examples
     --------
@@ -178,6 +185,10 @@ def flash_window(left: int, right: int) -> Pattern:
     Rule: inclusive on both sides, -1 means unbounded (``flash_window(-1, 0)`` is
     causal). Equal to FlashAttention for L == S; for L != S FlashAttention aligns
     bottom-right (it shifts i by S - L), whereas this pattern is top-left aligned.
+
+    References
+    ----------
+    .. [4] Dao, "FlashAttention-2", 2023 (``flash_attn_func(window_size=...)``).
 
     Examples
     --------

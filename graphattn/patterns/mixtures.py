@@ -3,11 +3,6 @@
 ``random`` and ``bigbird`` depend on (L, S) through their random draws; they
 take an explicit seed and never touch the global RNG, so they are the same in
 training and evaluation.
-
-References
-----------
-.. [2] Beltagy et al., "Longformer: The Long-Document Transformer", 2020.
-.. [3] Zaheer et al., "Big Bird: Transformers for Longer Sequences", 2020.
 """
 from __future__ import annotations
 
@@ -58,7 +53,7 @@ def global_tokens(indices) -> _Global:
 
     Rule: i in G or j in G (symmetric). Indices >= L (queries) or >= S (keys) are
     ignored, so one pattern serves every length; negative indices raise. For
-    L == S and g = |G ∩ [0, L)|: 2 g L - g^2 edges.
+    L == S and ``g = |G ∩ [0, L)|``: ``2 g L - g^2`` edges.
 
     Examples
     --------
@@ -211,6 +206,10 @@ def bigbird(block: int, window_blocks: int = 3, global_blocks: int = 2,
     the blocks not already attended, seeded; fewer when fewer remain. Roughly
     b L (w + g + r) edges plus g b L for the global rows. Bind before ``mask_mod``.
 
+    References
+    ----------
+    .. [3] Zaheer et al., "Big Bird: Transformers for Longer Sequences", 2020.
+
     Examples
     --------
     >>> p = bigbird(block=2, window_blocks=1, global_blocks=1, random_blocks=0)
@@ -225,7 +224,11 @@ def bigbird(block: int, window_blocks: int = 3, global_blocks: int = 2,
 def longformer(window: int, global_indices=(0,)) -> Pattern:
     """Longformer attention [2]_: sliding window of size w (w / 2 each side) | global tokens.
 
-    Rule: |i - j| <= w / 2, or i or j in ``global_indices`` (default [CLS] = 0).
+    Rule: ``|i - j| <= w / 2``, or i or j in ``global_indices`` (default [CLS] = 0).
+
+    References
+    ----------
+    .. [2] Beltagy et al., "Longformer: The Long-Document Transformer", 2020.
 
     Examples
     --------

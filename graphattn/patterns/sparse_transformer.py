@@ -1,8 +1,4 @@
 """The two factorised patterns of the Sparse Transformer: strided and fixed.
-
-References
-----------
-.. [1] Child et al., "Generating Long Sequences with Sparse Transformers", 2019.
 """
 from __future__ import annotations
 
@@ -42,6 +38,10 @@ def strided(stride: int) -> Pattern:
     Query i has min(i + 1, l) + floor(i / l) keys; E = sum over i < L (j < S).
     Every pair j <= i is connected within 2 hops.
 
+    References
+    ----------
+    .. [1] Child et al., "Generating Long Sequences with Sparse Transformers", 2019.
+
     Examples
     --------
     >>> strided(2).mask(5)[4].int().tolist()
@@ -79,6 +79,10 @@ def fixed(block: int, summary: int) -> Pattern:
     Rule: j <= i and (floor(j / l) == floor(i / l) or j mod l in {l - c, ..., l - 1}),
     A(1) = i's own block, A(2) = the last c ("summary") keys of every block,
     l = ``block``, c = ``summary``. Query i has (i mod l) + 1 + c floor(i / l) keys.
+
+    References
+    ----------
+    .. [1] Child et al., "Generating Long Sequences with Sparse Transformers", 2019.
 
     Examples
     --------
