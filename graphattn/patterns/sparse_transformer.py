@@ -1,5 +1,4 @@
-"""The two factorised patterns of the Sparse Transformer: strided and fixed.
-"""
+"""The two factorised patterns of the Sparse Transformer: strided and fixed."""
 from __future__ import annotations
 
 import torch
