@@ -58,7 +58,7 @@ numpydoc_validation_checks: set[str] = set()
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"graphattn {version}"
-html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
+html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2, "header_links_before_dropdown": 3}
 html_static_path: list[str] = []
 
 

@@ -34,3 +34,27 @@ def assert_close(actual, expected, dtype=None, **override):
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+# ------------------------------------------------------------------ the fast lane and the CUDA report
+# `python -m pytest -m "not slow"` is the fast lane. Whole files slow by nature (executing notebooks, running
+# the examples, forking processes) are marked here, so a new test in them is slow without anyone remembering;
+# single slow tests elsewhere carry `@pytest.mark.slow` themselves.
+SLOW_FILES = {"test_notebooks.py", "test_examples.py", "test_ddp.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say how many tests were skipped for want of a CUDA device, so CI's output shows what never ran."""
+    reasons = [report.longrepr[2] for report in terminalreporter.stats.get("skipped", [])
+               if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3]
+    cuda = [reason for reason in reasons if "CUDA" in reason or "cuda" in reason]
+    if cuda and not torch.cuda.is_available():
+        terminalreporter.write_line(f"{len(cuda)} CUDA tests skipped: no CUDA device (run the suite on a GPU "
+                                    f"machine to exercise them)", yellow=True)

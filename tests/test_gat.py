@@ -31,7 +31,9 @@ def _graph(N=13, E=50, seed=0):
 def _run(conv, x, edge_index, edge_attr):
     x = x.detach().requires_grad_()
     out, (ei, alpha) = conv(x, edge_index, edge_attr, return_attention_weights=True)
-    (out.square().sum() + alpha.sum()).backward()
+    # random weights on alpha (the same for both layers): alpha.sum() is constant, its gradient 0
+    alpha_weight = torch.randn(alpha.shape, generator=torch.Generator().manual_seed(1), dtype=alpha.dtype)
+    (out.square().sum() + (alpha * alpha_weight).sum()).backward()
     return out, ei, alpha, x.grad, {n: p.grad for n, p in conv.named_parameters()}
 
 

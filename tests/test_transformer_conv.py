@@ -40,9 +40,10 @@ def compare(ours, ref, x, edge_index, edge_attr, dtype):
     out_r, alpha_r = run(ref, tuple(xr) if len(xr) == 2 else xr[0], edge_index, None if ea is None else ea[1])
     assert_close(out, out_r, dtype)
     assert_close(alpha, alpha_r, dtype)
-    weight = torch.randn_like(out)
-    ((out * weight).sum() + alpha.sum()).backward()
-    ((out_r * weight).sum() + alpha_r.sum()).backward()
+    weight, alpha_weight = torch.randn_like(out), torch.randn_like(alpha)
+    # random weights on alpha too: alpha.sum() is constant (each target's weights sum to 1), its gradient is 0
+    ((out * weight).sum() + (alpha * alpha_weight).sum()).backward()
+    ((out_r * weight).sum() + (alpha_r * alpha_weight).sum()).backward()
     for a, b in zip(xs, xr):
         assert_close(a.grad, b.grad, dtype)
     if ea is not None:
