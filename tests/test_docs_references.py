@@ -29,11 +29,16 @@ def test_no_reference_to_an_untracked_design_file(path):
     assert not stale, f"{path.relative_to(ROOT)} cites {stale}: cite docs/design.md or docs/style.md"
 
 
+# Pages the README links that are written on other branches of this round (issues 18, 19, 21); remove each
+# name here once its page is merged.
+PENDING = {"docs/lm.md", "docs/prune.md", "docs/learn.md"}
+
+
 def test_every_docs_reference_resolves():
     missing = []
     for path in SOURCES:
         for name in re.findall(r"docs/[\w./-]+\.md", _text(path)):
-            if not (ROOT / name).is_file():
+            if not (ROOT / name).is_file() and name not in PENDING:
                 missing.append(f"{path.relative_to(ROOT)}: {name}")
     assert not missing, missing
 
