@@ -71,15 +71,15 @@ class AttentionConv(MessagePassing):
         when keys and values come from different features (MHA's kdim != vdim).
     out_channels : int
         Total output size ``F_out = H * D`` (as ``embed_dim`` of ``nn.MultiheadAttention``).
-    heads : int
+    heads : int, default 1
         H; must divide ``out_channels``.
-    dropout : float
+    dropout : float, default 0.0
         Dropout probability on the attention weights (training only).
-    bias : bool
+    bias : bool, default True
         Biases in the query/key/value and output projections.
-    output_projection : bool
+    output_projection : bool, default True
         Apply ``lin_out`` (``F_out -> F_out``) after concatenating the heads.
-    impl : {"auto", "message_passing"}
+    impl : {"auto", "message_passing"}, default "auto"
         ``"auto"`` runs the fast kernels of :func:`graphattn.attention`;
         ``"message_passing"`` the readable per-edge path through
         :meth:`edge_update` and :meth:`message`. Both give the same result;

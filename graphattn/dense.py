@@ -95,7 +95,7 @@ def six_steps(
         Key and value projections.
     mask : Tensor, shape (L, S) or broadcastable to (..., H, L, S), dtype bool, optional
         True = query i may attend key j (SDPA polarity). ``None``: all allowed.
-    heads : int
+    heads : int, default 1
         H; ``H * D`` must equal the projections' width.
     x_kv : Tensor, shape (..., S, F_kv), optional
         Key/value token features for cross-attention (default ``x``).

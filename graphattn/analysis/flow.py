@@ -63,7 +63,7 @@ def attention_rollout(
         Per-layer attention weights in the order of the edges; heads are averaged.
     num_nodes : int, optional
         N; default one more than the largest index in the first layer.
-    residual : bool
+    residual : bool, default True
         Add the identity and renormalise (rollout as published); False gives
         the plain product of the attention matrices.
 
@@ -131,10 +131,10 @@ def attention_flow(
     ----------
     edge_index, alphas, num_nodes, residual
         As :func:`attention_rollout`.
-    normalize : bool
+    normalize : bool, default True
         Divide each output row by its sum, as in the paper's code, so rows
         sum to 1 (rows with no flow stay 0).
-    max_nodes : int
+    max_nodes : int, default 32
         Refuse longer inputs: the cost is N^2 max-flow problems on a graph of
         (layers + 1) N nodes and up to layers * N^2 edges: about 1.5 s for
         N = 16 and 6 layers on one CPU core, growing as N^4. Default 32.

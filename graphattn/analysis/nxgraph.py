@@ -99,7 +99,7 @@ def attention_received(graph: nx.DiGraph, weight: str = "weight") -> dict:
     ----------
     graph : networkx.DiGraph
         Edges j -> i.
-    weight : str
+    weight : str, default "weight"
         Edge attribute holding alpha_ij.
 
     Returns
@@ -136,7 +136,7 @@ def attention_pagerank(graph: nx.DiGraph, weight: str = "weight", alpha: float =
     ----------
     graph : networkx.DiGraph
         Edges j -> i as from :func:`to_networkx`.
-    weight : str
+    weight : str, default "weight"
         Edge attribute holding alpha_ij.
     alpha : float, default 0.85
         Damping factor in (0, 1), open at both ends.

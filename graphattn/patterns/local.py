@@ -118,7 +118,7 @@ def window(left: int | None, right: int | None, dilation: int = 1) -> Pattern:
     ----------
     left, right : int >= 0 or None
         Number of keys (in steps of d) before and after i.
-    dilation : int >= 1
+    dilation : int >= 1, default 1
         Gap d between keys; d > 1 is the dilated window of Longformer [2]_.
 
     Raises

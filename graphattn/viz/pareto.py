@@ -38,14 +38,14 @@ def pareto(
         One row per experiment with at least the columns ``x``, ``y`` and
         ``family`` (e.g. from :mod:`graphattn.prune`).
     ax : matplotlib Axes, optional
-    x : str
+    x : str, default "density"
         Cost column, default ``"density"`` (fraction of the dense edges kept,
         in [0, 1]; lower is cheaper).
-    y : str
+    y : str, default "fidelity"
         Quality column, default ``"fidelity"``.
-    family : str
+    family : str, default "family"
         Column naming the pattern family; one marker series per family.
-    higher_is_better : bool
+    higher_is_better : bool, default True
         Whether a larger ``y`` is better (fidelity) or worse (an error).
 
     Returns
