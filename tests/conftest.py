@@ -37,16 +37,24 @@ def _seed():
 
 
 # ------------------------------------------------------------------ the fast lane and the CUDA report
-# `python -m pytest -m "not slow"` is the fast lane. Whole files slow by nature (executing notebooks, running
-# the examples, forking processes) are marked here, so a new test in them is slow without anyone remembering;
-# single slow tests elsewhere carry `@pytest.mark.slow` themselves.
-SLOW_FILES = {"test_notebooks.py", "test_examples.py", "test_ddp.py"}
+# `python -m pytest -m "not slow"` is the fast lane. Marked slow here, in one place: whole files slow by nature
+# (running the examples, forking processes), so a new test in them is slow without anyone remembering, and the
+# tests that execute notebooks or start a fresh interpreter (each 4-15 s alone, 20-85 s on a loaded machine).
+# Other slow tests carry `@pytest.mark.slow` themselves.
+SLOW_FILES = {"test_examples.py", "test_ddp.py", "test_gpu_check.py"}
+SLOW_TESTS = {  # file::test name (any parametrisation)
+    "test_notebooks.py::test_executes", "test_notebooks.py::test_notebook_2_is_reproducible",
+    "test_cli.py::test_console_script_is_installed", "test_cli.py::test_commands_import_no_heavy_module_and_the_core_no_command",
+    "test_repository.py::test_import_graphattn_loads_nothing_heavy",
+    "test_hf.py::test_import_registers_nothing_and_unregistered_loading_fails_in_transformers",
+}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SLOW_FILES:
+        name = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
+        if item.path.name in SLOW_FILES or name in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
 
 
