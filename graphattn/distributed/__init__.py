@@ -20,5 +20,13 @@ from graphattn.distributed.comm import exchange
 from graphattn.distributed.plan import ExchangePlan, block_bounds, build_plan
 from graphattn.distributed.traffic import pattern_rows, ring_rows
 
-__all__ = ["attention", "plan_for_group", "exchange", "ExchangePlan", "build_plan", "block_bounds", "pattern_rows",
-           "ring_rows"]
+__all__ = [
+           "ExchangePlan",
+           "attention",
+           "block_bounds",
+           "build_plan",
+           "exchange",
+           "pattern_rows",
+           "plan_for_group",
+           "ring_rows",
+]

@@ -32,12 +32,11 @@ def plan_for_group(graph, num_local: int, group=None) -> ExchangePlan:
     ExchangePlan
     """
     world, rank = dist.get_world_size(group), dist.get_rank(group)
-    sizes = torch.zeros(world, dtype=torch.long)  # (P,)
-    mine = torch.tensor([int(num_local)])
-    if dist.get_backend(group) == "nccl":  # NCCL moves device tensors only
-        sizes, mine = sizes.cuda(), mine.cuda()
-    dist.all_gather_into_tensor(sizes, mine, group=group)
-    return build_plan(graph, sizes.cpu().tolist(), rank)
+    device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"  # NCCL moves device tensors only
+    sizes = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]  # P x (1,)
+    # the list form: all_gather_into_tensor is deprecated in torch 2.13 and all_gather_single is new there
+    dist.all_gather(sizes, torch.tensor([int(num_local)], device=device), group=group)
+    return build_plan(graph, [int(s) for s in sizes], rank)
 
 
 def attention(

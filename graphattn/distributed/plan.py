@@ -19,7 +19,7 @@ from graphattn.graphs import check_edge_index
 from graphattn.patterns import is_pattern
 from graphattn.validate import as_int, check_int, message
 
-__all__ = ["ExchangePlan", "build_plan", "block_bounds", "owners"]
+__all__ = ["ExchangePlan", "block_bounds", "build_plan", "owners"]
 
 
 def block_bounds(sizes) -> Tensor:

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from graphattn.distributed.plan import block_bounds, build_plan, owners
 from graphattn.patterns import is_pattern
+
 # the pattern classes are private to graphattn.patterns; their parameters are read here, never changed
 from graphattn.patterns.base import _Bound, _Composite
 from graphattn.patterns.local import _Causal, _Full, _Window
