@@ -1,7 +1,7 @@
 """Context-parallel traffic: graphattn's exchange plan against ring attention, planned and measured.
 
     python benchmarks/context_parallel.py                  # planned table (L = 16k .. 1M, P = 2 .. 64) + timings
-    python benchmarks/context_parallel.py --no-time        # the planned table only (deterministic, ~1 minute)
+    python benchmarks/context_parallel.py --no-time        # the planned table only (deterministic; minutes)
     python benchmarks/context_parallel.py --time-length 65536 --repeats 7
 
 **Planned** (no process is started): for each pattern, L and P equal blocks,
@@ -73,8 +73,8 @@ def planned(lengths, procs) -> list:
                               "rows_mean": round(float(recv.mean()), 1), "ring_rows": int(ring.max()),
                               "MiB_max": round(float(recv.max()) * ROW_BYTES / MiB, 2),
                               "ring_MiB": round(float(ring.max()) * ROW_BYTES / MiB, 2),
-                              "max_over_ring": round(float(recv.max() / ring.max()), 4),
-                              "mean_over_ring": round(float(recv.mean() / ring.mean()), 4)})
+                              "max_over_ring": round(float(recv.max() / ring.max()), 6),
+                              "mean_over_ring": round(float(recv.mean() / ring.mean()), 6)})
                 print("{pattern:>13} L={L:>8} P={P:>3}  max {rows_max:>8} rows ({MiB_max:>8.2f} MiB)  "
                       "ring {ring_rows:>8} rows ({ring_MiB:>8.2f} MiB)  max/ring {max_over_ring:.4f}  "
                       "mean/ring {mean_over_ring:.4f}".format(**table[-1]), flush=True)
@@ -85,6 +85,28 @@ def markdown(rows: list, columns: list) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def _percent(row: dict) -> str:
+    """Worst and mean process over ring attention, in percent (3 significant digits)."""
+    return f"{100 * row['rows_max'] / row['ring_rows']:.3g} % ({100 * row['rows_mean'] / row['ring_rows']:.3g} %)"
+
+
+def pivot(rows: list) -> str:
+    """The two tables of docs/distributed.md: worst/mean process against ring, and MiB at the largest L."""
+    procs = sorted({r["P"] for r in rows})
+    cell = {(r["pattern"], r["L"], r["P"]): r for r in rows}
+    text = "| pattern | L | " + " | ".join(f"P = {p}" for p in procs) + " |\n|---|---|" + "---|" * len(procs) + "\n"
+    for name, L in dict.fromkeys((r["pattern"], r["L"]) for r in rows):
+        text += f"| {name} | {L} | " + " | ".join(
+            _percent(cell[name, L, p]) for p in procs) + " |\n"
+    big = max(r["L"] for r in rows)
+    text += f"\nMiB received by the worst process at L = {big} (ring attention: every other block)\n\n"
+    text += "| pattern | " + " | ".join(f"P = {p}" for p in procs) + " |\n|---|" + "---|" * len(procs) + "\n"
+    for name in dict.fromkeys(r["pattern"] for r in rows):
+        text += f"| {name} | " + " | ".join(f"{cell[name, big, p]['MiB_max']:.1f}" for p in procs) + " |\n"
+    text += "| ring attention | " + " | ".join(f"{cell[name, big, p]['ring_MiB']:.1f}" for p in procs) + " |\n"
+    return text
 
 
 def _median_seconds(fn, repeats: int) -> float:
@@ -160,7 +182,8 @@ def main(argv=None) -> int:
         writer.writeheader()
         writer.writerows(plan_rows)
     text = f"# Context-parallel traffic\n\n{head}\n\n## Planned, per process (keys + values, 4096 bytes a row)\n\n"
-    text += markdown(plan_rows, list(plan_rows[0]))
+    text += "Rows received by the worst process over ring attention's (the mean process in brackets):\n\n"
+    text += pivot(plan_rows) + "\nEvery row:\n\n" + markdown(plan_rows, list(plan_rows[0]))
     if not args.no_time:
         timed = measured(args.time_length, args.repeats)
         text += (f"\n## Measured exchange, gloo on one machine, L = {args.time_length}, H = 8, D = 32, float32\n\n"

@@ -67,7 +67,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     dist.init_process_group(args.backend)  # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
     rank, world, group = dist.get_rank(), dist.get_world_size(), dist.group.WORLD
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if args.backend == "nccl" else "cpu")
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if args.backend == "nccl" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL's collectives use the current device
     data = text_bytes(args.length)  # (L + 1,) every process reads the same text, keeps its block
     L = data.numel() - 1
     sizes = [L // world + (r < L % world) for r in range(world)]  # uneven when world does not divide L
