@@ -2,7 +2,7 @@
 
     python benchmarks/context_parallel.py                  # planned table (L = 16k .. 1M, P = 2 .. 64) + timings
     python benchmarks/context_parallel.py --no-time        # the planned table only (deterministic; minutes)
-    python benchmarks/context_parallel.py --time-length 65536 --repeats 7
+    python benchmarks/context_parallel.py --time-length 8192 --repeats 7
 
 **Planned** (no process is started): for each pattern, L and P equal blocks,
 the rows every process receives (``graphattn.distributed.pattern_rows``,
@@ -17,6 +17,8 @@ H = 8, D = 32, float32: the median wall time of the planned exchange
 (``graphattn.distributed.exchange``, one ``all_to_all_single``) against an
 ``all_gather`` of every block (the volume ring attention moves),
 over ``--repeats`` calls after a warm-up, with the date and load average.
+Every process plans from the pattern's edge list (``build_plan``, O(E) memory
+each: BigBird at L = 16384 is about 10M edges), so keep ``--time-length`` modest.
 
 Results: ``benchmarks/results/context-parallel-<stamp>.{csv,md}``.
 """
@@ -167,7 +169,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=LENGTHS)
     parser.add_argument("--procs", type=lambda s: [int(x) for x in s.split(",")], default=PROCS)
     parser.add_argument("--no-time", action="store_true", help="the planned table only")
-    parser.add_argument("--time-length", type=int, default=2 ** 15)
+    parser.add_argument("--time-length", type=int, default=2 ** 14)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
