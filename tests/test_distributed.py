@@ -72,6 +72,19 @@ def _num_edges(graph, L):
     return graph.edge_index(L).size(1) if P.is_pattern(graph) else graph.size(1)
 
 
+SECOND_ORDER = ("window_2_1", "edge_list")  # second derivatives, checked on 2 processes
+
+
+def _second_order(q, k, v, bias, graph, grad):
+    """Gradients of |dLoss/dk|^2 (create_graph=True through the attention and the exchange's return)."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
+    out, _ = (gd.attention if isinstance(graph, gd.ExchangePlan) else ga.attention)(*leaves[:3], graph,
+                                                                                   edge_bias=leaves[3])
+    (grad_k,) = torch.autograd.grad((out * grad).sum(), leaves[1], create_graph=True)
+    grad_k.square().sum().backward()
+    return dict(zip(("q2", "k2", "v2", "bias2"), (t.grad for t in leaves)))
+
+
 def _worker(rank, world, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
@@ -90,6 +103,8 @@ def _worker(rank, world, port, out_dir):
         results[name] = {"out": out.detach(), "again": again.detach(), "alpha": alpha.detach(),
                          "edge_ids": plan.edge_ids, "q": q.grad, "k": k.grad, "v": v.grad,
                          "bias": None if local_bias is None else local_bias.grad, "rows": plan.rows}
+        if world == 2 and name in SECOND_ORDER:
+            results[name].update(_second_order(q, k, v, local_bias, plan, grad[a:b]))
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
 
@@ -130,6 +145,11 @@ def test_distributed_equals_one_process(world, tmp_path):
         torch.testing.assert_close(torch.cat([r[name]["alpha"] for r in ranks]), alpha[ids], **close)
         if with_bias:
             torch.testing.assert_close(torch.cat([r[name]["bias"] for r in ranks]), bias.grad[ids], **close)
+        if world == 2 and name in SECOND_ORDER:
+            want = _second_order(q, k, v, bias, graph, grad)
+            for key in ("q2", "k2", "v2"):
+                torch.testing.assert_close(torch.cat([r[name][key] for r in ranks]), want[key], **close)
+            torch.testing.assert_close(torch.cat([r[name]["bias2"] for r in ranks]), want["bias2"][ids], **close)
     assert int(ranks[0]["window_2_0"]["rows"][0].sum()) == 0  # rank 0 of a causal window receives nothing
     assert int(ranks[0]["block_diagonal"]["rows"].sum()) == 0
 
