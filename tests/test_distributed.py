@@ -221,6 +221,12 @@ def test_bad_arguments():
         gd.build_plan(P.window(1, 1), [3, -1], rank=0)
     with pytest.raises(IndexError):
         gd.build_plan(torch.tensor([[0], [9]]), [3, 3], rank=0)
+    q = torch.randn(4, 1, 2)
+    if not dist.is_initialized():
+        with pytest.raises(RuntimeError, match="init_process_group"):
+            gd.attention(q, q, q, P.window(1, 1))
+    with pytest.raises(ValueError, match="'key'"):
+        gd.attention(q, q[:3], q[:3], P.window(1, 1))
     with pytest.raises(TypeError, match="'pattern'"):
         gd.pattern_rows(torch.zeros(2, 1, dtype=torch.long), [3])
 

@@ -15,6 +15,12 @@ from graphattn.validate import message
 __all__ = ["attention", "plan_for_group"]
 
 
+def _check_initialised() -> None:
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(message("torch.distributed", "initialised before context-parallel attention",
+                                   "no process group", "call torch.distributed.init_process_group first"))
+
+
 def plan_for_group(graph, num_local: int, group=None) -> ExchangePlan:
     """Build this process's plan: gathers every process's block size (one small collective).
 
@@ -30,7 +36,13 @@ def plan_for_group(graph, num_local: int, group=None) -> ExchangePlan:
     Returns
     -------
     ExchangePlan
+
+    Raises
+    ------
+    RuntimeError
+        ``torch.distributed`` not initialised.
     """
+    _check_initialised()
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"  # NCCL moves device tensors only
     sizes = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]  # P x (1,)
@@ -127,6 +139,7 @@ def attention(
     if key.size(0) != query.size(0):
         raise ValueError(message("key", "the rows of this process's block, as many as 'query'",
                                  f"{key.size(0)} keys and {query.size(0)} queries"))
+    _check_initialised()
     plan = graph if isinstance(graph, ExchangePlan) else plan_for_group(graph, query.size(0), group)
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     if (plan.world_size, plan.rank, plan.sizes[plan.rank]) != (world, rank, query.size(0)):
