@@ -85,6 +85,23 @@ def _second_order(q, k, v, bias, graph, grad):
     return dict(zip(("q2", "k2", "v2", "bias2"), (t.grad for t in leaves)))
 
 
+CONV_PATTERN = P.window(3, 1) | P.global_tokens([2])
+
+
+def _conv_block(a, b, L, parallel=True):
+    """AttentionConv on positions [a, b) (context-parallel over the world group), or on all of them in one process."""
+    torch.manual_seed(0)
+    conv = ga.AttentionConv(6, 4, heads=2).double()
+    g = torch.Generator().manual_seed(7)
+    x, grad = torch.randn(L, 6, generator=g, dtype=torch.float64), torch.randn(L, 4, generator=g, dtype=torch.float64)
+    if parallel:
+        out = conv(x[a:b], CONV_PATTERN, context_parallel=dist.group.WORLD)
+    else:
+        out = conv(x, CONV_PATTERN)
+    (out * grad[a:b]).sum().backward()
+    return {"out": out.detach(), **{name: p.grad for name, p in conv.named_parameters()}}
+
+
 def _worker(rank, world, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
@@ -105,6 +122,7 @@ def _worker(rank, world, port, out_dir):
                          "bias": None if local_bias is None else local_bias.grad, "rows": plan.rows}
         if world == 2 and name in SECOND_ORDER:
             results[name].update(_second_order(q, k, v, local_bias, plan, grad[a:b]))
+    results["conv"] = _conv_block(a, b, L=sum(sizes))
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
 
@@ -150,6 +168,10 @@ def test_distributed_equals_one_process(world, tmp_path):
             for key in ("q2", "k2", "v2"):
                 torch.testing.assert_close(torch.cat([r[name][key] for r in ranks]), want[key], **close)
             torch.testing.assert_close(torch.cat([r[name]["bias2"] for r in ranks]), want["bias2"][ids], **close)
+    want = _conv_block(0, L, L, parallel=False)  # the layer on one process; its weight gradients summed over blocks
+    torch.testing.assert_close(torch.cat([r["conv"]["out"] for r in ranks]), want["out"], atol=1e-10, rtol=0)
+    for name in want.keys() - {"out"}:
+        torch.testing.assert_close(sum(r["conv"][name] for r in ranks), want[name], atol=1e-10, rtol=0)
     assert int(ranks[0]["window_2_0"]["rows"][0].sum()) == 0  # rank 0 of a causal window receives nothing
     assert int(ranks[0]["block_diagonal"]["rows"].sum()) == 0
 

@@ -43,7 +43,7 @@ def owners(bounds: Tensor, positions: Tensor) -> Tensor:
     return torch.searchsorted(bounds, positions, right=True) - 1  # (n,)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class ExchangePlan:
     """What one process sends, receives and attends, for one graph split into blocks.
 
@@ -89,6 +89,10 @@ class ExchangePlan:
     edge_ids: Tensor
     global_edge_index: Tensor
     num_edges: int
+
+    def __repr__(self) -> str:
+        return (f"ExchangePlan(rank={self.rank}, sizes={self.sizes}, receives {self.recv_source.numel()} rows, "
+                f"sends {self.send_index.numel()} rows, {self.edge_ids.numel()} of {self.num_edges} edges)")
 
     @property
     def world_size(self) -> int:
@@ -188,6 +192,8 @@ def build_plan(graph, sizes, rank: int) -> ExchangePlan:
     --------
     >>> from graphattn.patterns import window
     >>> plan = build_plan(window(1, 1), [3, 3], rank=0)
+    >>> plan
+    ExchangePlan(rank=0, sizes=(3, 3), receives 1 rows, sends 1 rows, 8 of 16 edges)
     >>> plan.rows.tolist(), plan.send_index.tolist(), plan.recv_source.tolist()
     ([[0, 1], [1, 0]], [2], [3])
     """
