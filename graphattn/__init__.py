@@ -26,10 +26,10 @@ from graphattn import dense, graphs, ops, patterns  # noqa: E402
 from graphattn.ops import attention  # noqa: E402
 
 _LAZY = {"AttentionConv": ("graphattn.conv", "AttentionConv"), "conv": ("graphattn.conv", None),
-         "interop": ("graphattn.interop", None), "TransformerConv": ("graphattn.transformer_conv", "TransformerConv"),
+         "interop": ("graphattn.interop", None), "distributed": ("graphattn.distributed", None), "TransformerConv": ("graphattn.transformer_conv", "TransformerConv"),
          "GATConv": ("graphattn.gat", "GATConv"), "GATv2Conv": ("graphattn.gat", "GATv2Conv")}
 
-__all__ = ["AttentionConv", "TransformerConv", "GATConv", "GATv2Conv", "attention", "conv", "dense", "graphs", "interop", "ops", "patterns", "__version__"]
+__all__ = ["AttentionConv", "TransformerConv", "GATConv", "GATv2Conv", "attention", "conv", "dense", "distributed", "graphs", "interop", "ops", "patterns", "__version__"]
 
 
 def __getattr__(name):
