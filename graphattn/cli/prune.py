@@ -81,6 +81,8 @@ def main(args: argparse.Namespace) -> int:
     config = prune.models.model_config(args.model)  # before any weight is loaded
     sweep = prune.sweep.sweep_specs(int(config.num_hidden_layers)) if args.sweep else None
     specs = [parse_spec(s) for s in ([t for t, _, _ in sweep] if sweep else (args.patterns or DEFAULT_PATTERNS))]
+    for spec in specs:  # scopes against the model's range, and pattern functions on a few tokens, before loading
+        prune.specs.check_spec(spec, int(config.num_hidden_layers), int(config.num_attention_heads))
     prune.models.check_max_length(config, args.max_length)
     trained = prune.models.trained_length(args.model, config)
     if trained is not None and args.max_length > trained:

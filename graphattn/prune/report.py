@@ -155,13 +155,21 @@ def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figu
 
 
 def _temporary(path: str) -> str:
-    """A new empty file next to ``path`` (same folder, so the rename is atomic), hidden by a leading dot."""
-    import tempfile
+    """A new empty file next to ``path`` (same folder, so the rename is atomic), hidden by a leading dot.
+
+    Created with mode 0666 less the umask (0644 under umask 022), as ``open`` would: ``mkstemp``'s 0600
+    would survive the rename and hide the results from colleagues and web servers.
+    """
+    import secrets
 
     folder, name = os.path.split(os.path.abspath(path))
-    handle, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-    os.close(handle)
-    return tmp
+    while True:
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
 
 
 _TABLES = {"per_query": "prune_queries.csv", "per_passage": "prune_passages.csv", "per_layer": "prune_layers.csv"}

@@ -35,6 +35,7 @@ Columns (per row):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 
@@ -42,7 +43,7 @@ import torch
 
 from graphattn.prune import metrics, models, tasks
 from graphattn.prune.accounting import LayerRun
-from graphattn.prune.specs import Spec, as_spec, parse_spec
+from graphattn.prune.specs import Spec, as_spec, check_spec, parse_spec
 from graphattn.validate import check_choice, check_int
 
 __all__ = ["Results", "run_experiment"]
@@ -146,18 +147,24 @@ def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task
     from graphattn.interop import hf
 
     specs = [as_spec(s) for s in specs]
+    check_int("max_length", max_length, low=8)
     if task is None:
         if passages is None:
             raise ValueError("Expected 'passages' or 'task' (got neither)")
-        task = tasks.Task("none", [], tasks.corpus.clean_passages(list(passages), 1)[0], [])
+        cut = tasks.corpus.cut(list(passages), max_length)  # before anything tokenizes a long passage
+        task = tasks.Task("none", [], tasks.corpus.clean_passages(cut, 1)[0], [])
+    else:  # the texts the model sees: cut before tokenizing, so the files written hold exactly them
+        task = dataclasses.replace(task, queries=tasks.corpus.cut(task.queries, max_length),
+                                   documents=tasks.corpus.cut(task.documents, max_length))
     if len(task.documents) < 3:
         raise ValueError(f"Expected at least 3 passages (got {len(task.documents)})")
-    check_int("max_length", max_length, low=8)
     check_int("batch_size", batch_size, low=1)
     check_choice("pooling", pooling, models.POOLINGS)
     if model is None or tokenizer is None:
         model, tokenizer = models.load_model()
     models.check_max_length(model, max_length)
+    for s in specs:
+        check_spec(s, int(model.config.num_hidden_layers), int(model.config.num_attention_heads))
     rows = [r for r in _rows(specs) if oracle or r[1] is None]
     texts = task.queries + task.documents
     num_layers = int(model.config.num_hidden_layers)

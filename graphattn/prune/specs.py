@@ -19,7 +19,8 @@ from graphattn.patterns import spec as spec_text
 from graphattn.prune.keep import Spec, dense_weights, threshold_keep
 from graphattn.validate import check_int
 
-__all__ = ["Spec", "Span", "parse_spec", "check_scopes", "as_spec", "dense_weights", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
+__all__ = ["Spec", "Span", "parse_spec", "check_spec", "as_spec", "dense_weights", "SPEC_HELP", "DEFAULT_PATTERNS",
+           "threshold_keep"]
 
 DEFAULT_PATTERNS = ["window:8", "longformer:window=16,global=0", "bigbird:block=8,random=1", "topk:4", "topk:16"]
 
@@ -28,9 +29,9 @@ full                                complete graph (dense attention)
 causal                              j <= i
 window:8                            symmetric window, left = right = 8 (FlashAttention's inclusive
                                     (left, right)); 17 keys per query away from the ends
-window:left=4,right=2[,dilation=2]  any window
+window:left=4,right=2[,dilation=2]  any window (both sides named: window:left=4,right=0 is one-sided)
 longformer:window=16[,global=0]     Longformer: window w, w/2 each side (w even), | global tokens;
-                                    several global tokens: global=0+5
+                                    several global tokens: global=0+5; by role as for global: global=cls+sep
 strided:16                          Sparse Transformer strided (causal, as in the paper)
 fixed:block=16,summary=2            Sparse Transformer fixed (causal, as in the paper)
 bigbird:block=16[,window=3,global=2,random=2,seed=0]
@@ -42,7 +43,8 @@ global:0                            global tokens (all read them, they read all)
 topk:16                             the 16 highest-weight keys per query, per layer and head (oracle)
 threshold:0.01                      keys whose dense weight is >= 0.01, per layer and head
 a|b, a&b                            union, intersection, e.g. window:4|global:0
-SPEC@layers=3-5                     only in layers 3 to 5 (from 0; dense elsewhere); layers=2 or 0+5 too
+SPEC@layers=3-5                     only in layers 3 to 5 (from 0; dense elsewhere); layers=2 or 0+5 too;
+                                    checked against the model before it loads
 SPEC@heads=0-3                      only in heads 0 to 3 (dense in the others); both: SPEC@layers=1@heads=0"""
 
 
@@ -241,8 +243,11 @@ def _span(text: str, what: str, whole: str) -> Span:
     return Span(ranges)
 
 
-def check_scopes(spec: Spec, layers: int, heads: int) -> Spec:
-    """Refuse a spec whose ``@layers`` or ``@heads`` reach past the model: one line naming the spec and the range.
+def check_spec(spec: Spec, layers: int, heads: int) -> Spec:
+    """Refuse, before any model runs, a spec whose ``@layers`` or ``@heads`` reach past the model, or whose
+    pattern function returns no bool (n, n) mask: one line naming the spec and the model's range.
+
+    Ranges are compared by their ends, never expanded (``@layers=0-99999999999`` answers at once).
 
     Parameters
     ----------
@@ -254,12 +259,17 @@ def check_scopes(spec: Spec, layers: int, heads: int) -> Spec:
     ------
     ValueError
         ``Expected 'window:8@layers=10' to scope layers within 0-5 of the 6-layer model (got 10)``.
+    TypeError
+        A pattern function's mask that is not a bool Tensor (a float mask is named as such).
     """
     for what, count in (("layers", layers), ("heads", heads)):
+        check_int(what, count, low=1)
         span = getattr(spec, what)
         if span is not None and span.max() >= count:
             noun = {"layers": f"the {count}-layer model", "heads": f"the model's {count} heads"}[what]
             raise ValueError(f"Expected {spec.text!r} to scope {what} within 0-{count - 1} of {noun} (got {span})")
+    if spec.mask_fn is not None:
+        spec.pattern_mask(3)  # a pattern function's contract, on 3 tokens
     return spec
 
 
