@@ -20,7 +20,8 @@ from graphattn.prune.keep import Spec, dense_weights, threshold_keep
 from graphattn.validate import check_int
 
 __all__ = ["Spec", "Span", "parse_spec", "check_spec", "as_spec", "dense_weights", "SPEC_HELP", "DEFAULT_PATTERNS",
-           "threshold_keep"]
+           "threshold_keep",
+           "reseed", "SEEDED"]
 
 DEFAULT_PATTERNS = ["window:8", "longformer:window=16,global=0", "bigbird:block=8,random=1", "topk:4", "topk:16"]
 
@@ -271,6 +272,33 @@ def check_spec(spec: Spec, layers: int, heads: int) -> Spec:
     if spec.mask_fn is not None:
         spec.pattern_mask(3)  # a pattern function's contract, on 3 tokens
     return spec
+
+
+SEEDED = ("random", "bigbird")  # families with a random draw: their rows are repeated over seeds
+
+
+def reseed(spec: Spec, offset: int) -> Spec | None:
+    """``spec`` with the seed of every random or BigBird part moved by ``offset``; None if it draws nothing.
+
+    Examples
+    --------
+    >>> reseed(parse_spec("window:2|random:3,seed=4"), 1).text
+    'window:2|random:k=3,seed=5'
+    >>> reseed(parse_spec("window:2"), 1) is None
+    True
+    """
+    import re
+
+    base, at, scopes = spec.text.partition("@")
+    parts, changed = re.split(r"([|&])", base), False
+    for n, part in enumerate(parts):
+        if part in "|&" or part.split(":")[0].strip().lower() not in SEEDED:
+            continue
+        family, values = spec_text.parse_atom(part, _FAMILIES)
+        values["seed"] = values.get("seed", 0) + offset
+        parts[n] = f"{family}:" + ",".join(f"{k}={v}" for k, v in values.items())
+        changed = True
+    return parse_spec("".join(parts) + at + scopes) if changed else None
 
 
 def as_spec(item, name: str | None = None) -> Spec:
