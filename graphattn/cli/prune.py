@@ -1,12 +1,16 @@
 """``graphattn prune``: dense vs sparse attention on a real model, scored on a labelled task (:mod:`graphattn.prune`).
 
-Prints the task and its sizes, a progress bar, the table (task metrics with
-paired bootstrap 95 % intervals of the difference from dense, then costs and
-fidelity) and the self-check; writes ``prune.csv``, ``prune.json`` (with a
-``meta`` block), the per-query, per-passage and per-layer CSVs, optionally
-the embeddings, and ``prune.png`` into ``--out``, all or none. Exit 0 when the
-self-check passes; 1 when it fails, and then nothing is written; 2 for a user
-error (one line, from :func:`graphattn.cli.main`).
+Checks every spec against the model's config before the model loads; prints
+the task's construction, the eager and SDPA forward times, a progress bar, the
+table (the headline metric with its paired bootstrap 95 % interval, sign-flip
+p-value, Holm adjustment and changed-query count, then the other metrics,
+costs and fidelity, a BM25 row last) and the self-check; writes
+``prune.csv``, ``prune.json`` (with a ``meta`` block), the per-query,
+per-passage and per-layer CSVs, the query and document texts and TREC qrels,
+optionally the embeddings, and ``prune.png`` into ``--out``, all or none.
+Exit 0 when the self-check passes; 1 when it fails, and then nothing is
+written; 2 for a user error (one line, from :func:`graphattn.cli.main`).
+Reference: ``docs/prune.md``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ __all__ = ["add_arguments", "main", "fidelity_figure", "sweep_figure", "environm
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PYDOC_SOURCE = "pydoc_data.topics (Python reference documentation)"
-DEFAULT_FIRST_SENTENCE = 200  # first-sentence queries by default: narrow intervals at about the old default's time
+DEFAULT_FIRST_SENTENCE = 100  # first-sentence queries by default (about the old default's time); --limit 400 for narrower intervals
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
