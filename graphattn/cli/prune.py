@@ -201,10 +201,12 @@ def fidelity_figure(results, meta: dict):
     if needs:
         axes[1].plot([r["density"] for r in needs], [r["cos_mean"] for r in needs], "o", color="0.55", mfc="white",
                      label="needs dense scores (top-k, oracle): not on the front")
+    cosines = [r["cos_mean"] for r in results if r.get("realisable") is not None]
+    axes[1].set_ylim(min(cosines) - 0.03, 1.01)  # every row in view, the realisable front's lowest point too
     axes[1].set_xscale("log")
     axes[1].set_xlabel("density (fraction of the model's edges kept)")
     axes[1].set_ylabel("document-embedding cosine to dense (mean)")
-    axes[1].legend(fontsize=7, loc="lower right")
+    axes[1].legend(fontsize=7, loc="center right")
     _drift_panel(axes[2], results)
     for ax, title in zip(axes, ("the task against attention cost", "fidelity to dense against density",
                                 "per-layer drift (realisable patterns)")):
@@ -252,12 +254,12 @@ def _task_panel(ax, results) -> None:
     ax.xaxis.set_minor_formatter(ticker.FormatStrFormatter("%g"))
     ax.set_xlabel("attention GFLOPs (data-dependent rows: + dense scores)")
     ax.set_ylabel(f"{metric} (bars: paired 95 % CI of the difference from dense)")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower right")
 
 
 def _labels(ax, labelled, metric) -> None:
     """Realisable patterns labelled beside their points; the dense row and the data-dependent ones, which
-    crowd together near dense cost, listed in a column in the empty lower right, each joined to its point."""
+    crowd together near dense cost, listed in a column in the lower middle, each joined to its point."""
     column = []
     for rows, color, crowded in labelled:
         for r in rows:
@@ -269,7 +271,7 @@ def _labels(ax, labelled, metric) -> None:
     gap = min(0.05, 0.4 / max(len(column), 1))
     for k, (r, color) in enumerate(sorted(column, key=lambda rc: -rc[0][metric])):  # top to bottom: no crossings
         ax.annotate(r["pattern"] + (" (dense)" if r["pattern"] == "full" else ""), (r["attn_gflop"], r[metric]),
-                    xytext=(0.55, 0.45 - k * gap), textcoords="axes fraction", fontsize=6, color=color, va="center",
+                    xytext=(0.22, 0.62 - k * gap), textcoords="axes fraction", fontsize=6, color=color, va="center",
                     arrowprops=dict(arrowstyle="-", color=color, lw=0.4, alpha=0.6, shrinkA=1, shrinkB=3))
 
 

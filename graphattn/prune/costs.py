@@ -34,10 +34,22 @@ def _status_kib(field: str) -> int | None:
     return None
 
 
+def _trim() -> None:
+    """Hand freed heap memory back to the system (glibc ``malloc_trim``), so that the row's start is low."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class PeakMemory:
     """``with PeakMemory(device) as peak: ...``; then ``peak.mib`` (float or None) and ``peak.how`` (str).
 
-    CPU readings are of the whole process (other threads count), at the kernel's page granularity.
+    CPU readings are of the whole process (other threads count), at the kernel's page granularity, after
+    freed heap memory is handed back (``malloc_trim``); 0 means the row fit in memory the process held.
     """
 
     def __init__(self, device="cpu"):
@@ -50,6 +62,7 @@ class PeakMemory:
             self._start = torch.cuda.memory_allocated(self.device)
         else:
             self._start = None
+            _trim()
             try:
                 with open(_CLEAR, "w", encoding="ascii") as f:
                     f.write("5")  # resets VmHWM to the current resident size (Linux >= 4.0)

@@ -284,6 +284,6 @@ def _costs(results: Results) -> None:
     for row in results[1:]:
         notes = [] if row["realisable"] else ["needs dense scores: selects from every dense score first, not a saving"]
         if row["attn_s"] > dense_s:
-            notes.append(f"slower than graph dense ({row['attn_s'] / dense_s:.1f}x)")
+            notes.append(f"attention slower than graph dense ({row['attn_s'] / dense_s:.2f}x)")
         row["cost_note"] = "; ".join(notes)
     results[0]["cost_note"] = ""
