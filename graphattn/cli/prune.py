@@ -314,7 +314,7 @@ def sweep_figure(results, meta: dict):
         xs, rs = zip(*groups[group])
         y = [r[metric] for r in rs]
         axes[0].plot(xs, y, "o--" if group == "topk" else "o-", color=f"C{k}",
-                     label=group + (" (oracle, not a saving)" if group == "topk" else ""))
+                     label=group + (" (needs dense scores: not a saving)" if group == "topk" else ""))
         if f"{metric}_lo" in rs[0]:
             axes[0].fill_between(xs, [dense + r[f"{metric}_lo"] for r in rs], [dense + r[f"{metric}_hi"] for r in rs],
                                  color=f"C{k}", alpha=0.15)
