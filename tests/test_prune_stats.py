@@ -3,6 +3,7 @@ outputs, checked against scipy and brute force."""
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,9 +100,9 @@ def test_outputs_hold_the_texts_and_labels(tmp_path):
     results = prune.Results([{"pattern": "full", "MRR": 1.0}], task=task,
                             embeddings={"full": np.zeros((5, 4), dtype=np.float32)})
     paths = prune.write_outputs(results, tmp_path, {"task": "toy"}, tables=True)
-    assert open(paths["qrels"]).read() == "q0 0 d2 1\nq1 0 d0 1\nq1 0 d1 1\n"
-    docs = [json.loads(line) for line in open(paths["documents"])]
-    queries = [json.loads(line) for line in open(paths["query_texts"])]
+    assert Path(paths["qrels"]).read_text() == "q0 0 d2 1\nq1 0 d0 1\nq1 0 d1 1\n"
+    docs = [json.loads(line) for line in Path(paths["documents"]).read_text().splitlines()]
+    queries = [json.loads(line) for line in Path(paths["query_texts"]).read_text().splitlines()]
     assert docs[2] == {"id": "d2", "text": "doc two"} and queries[1] == {"id": "q1", "text": "q one"}
     npz = np.load(paths["npz"])
     assert npz["qrels"].tolist() == [[0, 2], [1, 0], [1, 1]] and int(npz["num_queries"]) == 2

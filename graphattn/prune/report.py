@@ -53,20 +53,24 @@ TABLE_COLUMNS = ["pattern", "realisable", "density", "nll", "MRR", "R@1", "nDCG@
                  "peak_mib", "attn_gflop", "mass", "mass_tf", "out_err", "cos_mean", "spearman", "top1"]
 
 
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _with_ci(row: dict, m: str) -> str:
-    if row.get(m + "_delta") is None or row[m + "_delta"] != row[m + "_delta"]:
+    if _missing(row.get(m + "_delta")):
         return ""
     return f"{row[m + '_delta']:+.3f} [{row[m + '_lo']:+.3f}, {row[m + '_hi']:+.3f}]"
 
 
 def _p(value) -> str:
-    if value is None or value != value:
+    if _missing(value):
         return ""
     return f"{value:.3f}" if value >= 0.001 else "<0.001"
 
 
 def _seeds(row: dict, m: str) -> str:
-    if f"{m}_seed_mean" not in row or row[f"{m}_seed_mean"] != row[f"{m}_seed_mean"]:
+    if _missing(row.get(f"{m}_seed_mean")):
         return ""
     return f"{row[m + '_seed_mean']:.3f} ± {row[m + '_seed_sd']:.3f} ({len(row['seed_runs'].split())})"
 
@@ -133,7 +137,7 @@ def format_table(results: list[dict]) -> str:
 
 
 def _skip_nan(fmt):
-    return lambda v: "" if v is None or v != v else fmt(v)
+    return lambda v: "" if _missing(v) else fmt(v)
 
 
 def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figure=None,
