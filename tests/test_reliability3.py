@@ -154,3 +154,103 @@ def test_transformer_conv_non_finite_edge_attr_gives_pygs_result_nan_only_in_the
     assert torch.isfinite(out[[0, 2, 3, 4]]).all()
     torch.testing.assert_close(out, out_r, equal_nan=True)
     torch.testing.assert_close(alpha, alpha_r, equal_nan=True)
+
+
+# -- sparsity(model, Pattern) with the KV cache -----------------------------------------------------
+
+
+def _gpt2_lm():
+    """A local GPT-2 with random weights (no download), running graph attention."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=97, n_positions=64, bos_token_id=0,
+                        eos_token_id=0, pad_token_id=0)
+    torch.manual_seed(1234)
+    model = GPT2LMHeadModel(config).eval()
+    ga.interop.register()
+    model.set_attn_implementation("graphattn")
+    return model
+
+
+def _left_padded():
+    ids = torch.randint(1, 97, (3, 10), generator=torch.Generator().manual_seed(5))
+    attention_mask = torch.ones_like(ids)
+    attention_mask[1, :3] = 0  # left padding, as generate() wants for a decoder
+    attention_mask[2, :6] = 0
+    return ids, attention_mask
+
+
+PATTERNS = [pytest.param(ga.patterns.window(3, 0), id="window_3_0"),
+            pytest.param(ga.patterns.window(2, 0) | ga.patterns.global_tokens([0]), id="window_2_0|global_0"),
+            pytest.param(ga.patterns.strided(3), id="strided_3")]
+
+
+@pytest.mark.filterwarnings("ignore:The graphattn.interop mask-graph cache")  # generate() makes a mask per step
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_sparsity_with_the_kv_cache_in_generate_gives_the_uncached_tokens(pattern):
+    model = _gpt2_lm()
+    ids, attention_mask = _left_padded()
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=10, do_sample=False, output_scores=True,
+                  return_dict_in_generate=True)
+    with ga.interop.sparsity(model, pattern):
+        uncached = model.generate(ids, use_cache=False, **kwargs)
+        cached = model.generate(ids, use_cache=True, **kwargs)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    for a, b in zip(cached.scores, uncached.scores):
+        assert_close(a, b, torch.float32, atol=1e-4)  # the same logits at every step
+    plain = model.generate(ids, use_cache=True, **kwargs)
+    assert not all(torch.allclose(a, b) for a, b in zip(plain.scores, cached.scores))  # the pattern matters
+
+
+@pytest.mark.parametrize("pattern", PATTERNS[:2])
+def test_sparsity_on_a_continuation_of_past_key_values_equals_the_whole_sequence(pattern):
+    model = _gpt2_lm()
+    ids, attention_mask = _left_padded()
+    with torch.no_grad(), ga.interop.sparsity(model, pattern):
+        whole = model(ids, attention_mask=attention_mask).logits  # (B, 10, V)
+        past = model(ids[:, :6], attention_mask=attention_mask[:, :6], use_cache=True).past_key_values
+        rest = model(ids[:, 6:], attention_mask=attention_mask, past_key_values=past).logits  # (B, 4, V)
+    valid = attention_mask[:, 6:].bool()  # padding rows are absent nodes in both
+    assert_close(rest[valid], whole[:, 6:][valid], torch.float32, atol=1e-4)
+
+
+@pytest.mark.parametrize("pattern", [ga.patterns.random(2, seed=3), ga.patterns.window(1, 0) | ga.patterns.random(1)],
+                         ids=["random_2", "window_1_0|random_1"])
+def test_sparsity_with_a_length_dependent_pattern_and_the_kv_cache_names_use_cache(pattern):
+    """Random draws depend on (L, S): cached keys saw other edges than the uncached run gives the same tokens."""
+    model = _gpt2_lm()
+    ids, attention_mask = _left_padded()
+    with ga.interop.sparsity(model, pattern):
+        model.generate(ids, attention_mask=attention_mask, max_new_tokens=2, do_sample=False, use_cache=False)
+        with pytest.raises(NotImplementedError, match=r"Expected 'spec' to be a pattern whose rows do not depend "
+                                                      r"on the sequence length.*use_cache=False"):
+            model.generate(ids, attention_mask=attention_mask, max_new_tokens=2, do_sample=False, use_cache=True)
+
+
+# -- analysis arguments -----------------------------------------------------------------------------
+
+
+def test_to_networkx_with_too_few_tokens_names_tokens_and_more_tokens_are_isolated_nodes():
+    from graphattn.analysis import to_networkx
+
+    edge_index, alpha = torch.tensor([[0, 0, 1, 2], [0, 1, 1, 2]]), torch.tensor([1.0, 0.5, 0.5, 1.0])
+    with pytest.raises(ValueError, match=r"^Expected 'tokens' to be a sequence of at least 3 entries, one per node "
+                                         r"\(edge_index reaches node 2\) \(got 2\)$"):
+        to_networkx(edge_index, alpha, tokens=["a", "b"])
+    graph = to_networkx(edge_index, alpha, tokens=["a", "b", "c", "d"])
+    assert graph.number_of_nodes() == 4 and graph.degree(3) == 0 and graph.nodes[3] == {"token": "d"}
+    with pytest.raises(ValueError, match=r"^Expected 'tokens' to be a sequence of 5 entries"):
+        to_networkx(edge_index, alpha, tokens=["a", "b", "c", "d"], num_nodes=5)
+
+
+def test_attention_rollout_and_flow_promote_mixed_float32_and_float64_layers():
+    from graphattn.analysis import attention_flow, attention_rollout
+
+    edge_index = torch.tensor([[0, 0, 1, 1, 2], [0, 1, 1, 2, 2]])
+    first = torch.tensor([1.0, 0.25, 0.75, 0.5, 0.5])
+    second = torch.tensor([1.0, 0.5, 0.5, 0.1, 0.9], dtype=torch.float64)
+    mixed = attention_rollout(edge_index, [first, second])
+    assert mixed.dtype == torch.float64
+    assert_close(mixed.to_dense(), attention_rollout(edge_index, [first.double(), second]).to_dense())
+    flow = attention_flow(edge_index, [first, second])
+    assert_close(flow, attention_flow(edge_index, [first.double(), second]))
