@@ -208,8 +208,8 @@ def test_sparsity_on_a_continuation_of_past_key_values_equals_the_whole_sequence
     ids, attention_mask = _left_padded()
     with torch.no_grad(), ga.interop.sparsity(model, pattern):
         whole = model(ids, attention_mask=attention_mask).logits  # (B, 10, V)
-        past = model(ids[:, :6], attention_mask=attention_mask[:, :6], use_cache=True).past_key_values
-        rest = model(ids[:, 6:], attention_mask=attention_mask, past_key_values=past).logits  # (B, 4, V)
+        cache = model(ids[:, :6], attention_mask=attention_mask[:, :6], use_cache=True).cache  # transformers 5's name
+        rest = model(ids[:, 6:], attention_mask=attention_mask, cache=cache).logits  # (B, 4, V) for the keys 0..9
     valid = attention_mask[:, 6:].bool()  # padding rows are absent nodes in both
     assert_close(rest[valid], whole[:, 6:][valid], torch.float32, atol=1e-4)
 
@@ -254,3 +254,44 @@ def test_attention_rollout_and_flow_promote_mixed_float32_and_float64_layers():
     assert_close(mixed.to_dense(), attention_rollout(edge_index, [first.double(), second]).to_dense())
     flow = attention_flow(edge_index, [first, second])
     assert_close(flow, attention_flow(edge_index, [first.double(), second]))
+
+
+# -- global attention with gaps in the graph ids ----------------------------------------------------
+
+
+def test_batch_sequences_loops_over_distinct_sizes_never_over_empty_sequences(monkeypatch):
+    pattern = ga.patterns.window(1, 0)
+    calls = []
+    original = type(pattern).edge_index
+    monkeypatch.setattr(type(pattern), "edge_index", lambda self, L, S=None: calls.append(L) or original(self, L, S))
+    lengths = torch.zeros(10 ** 6 + 1, dtype=torch.long)
+    lengths[[0, 7, 10 ** 6]] = torch.tensor([2, 3, 2])
+    edge_index, batch = ga.graphs.batch_sequences(lengths, pattern)
+    assert sorted(calls) == [2, 3]  # one build per distinct size
+    expected, _ = ga.graphs.batch_sequences([2, 3, 2], pattern)  # the same nodes without the empty sequences
+    assert torch.equal(edge_index, expected)
+    assert batch.tolist() == [0, 0, 7, 7, 7, 10 ** 6, 10 ** 6]
+
+
+@pytest.mark.parametrize("layer", ["AttentionConv", "TransformerConv"])
+@pytest.mark.parametrize("weights", [False, True], ids=["out", "weights"])
+@pytest.mark.parametrize("pattern", [ga.patterns.full(), ga.patterns.causal(), ga.patterns.window(1, 1)],
+                         ids=["full", "causal", "window_1_1"])
+def test_global_attention_cost_follows_the_nodes_not_the_largest_graph_id(layer, weights, pattern):
+    """``batch = [0, 0, 10**12]``: anything sized by the largest id (a bincount, a loop over graphs) would need
+    terabytes and fail at once; the result equals the same nodes numbered 0, 0, 1."""
+    conv = getattr(ga, layer)(4, 4, heads=2).double()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    far = conv(x, pattern, batch=torch.tensor([0, 0, 10 ** 12]), return_attention_weights=weights)
+    near = conv(x, pattern, batch=torch.tensor([0, 0, 1]), return_attention_weights=weights)
+    if weights:
+        assert torch.equal(far[1][0], near[1][0])
+        assert_close(far[1][1], near[1][1])
+        far, near = far[0], near[0]
+    assert_close(far, near)
+
+
+def test_an_unsorted_batch_with_gaps_is_still_refused_naming_batch():
+    conv = ga.AttentionConv(4, 4, heads=2)
+    with pytest.raises(ValueError, match=r"Expected 'batch' to be sorted"):
+        conv(torch.randn(3, 4), ga.patterns.full(), batch=torch.tensor([5, 0, 0]))
