@@ -295,3 +295,69 @@ def test_an_unsorted_batch_with_gaps_is_still_refused_naming_batch():
     conv = ga.AttentionConv(4, 4, heads=2)
     with pytest.raises(ValueError, match=r"Expected 'batch' to be sorted"):
         conv(torch.randn(3, 4), ga.patterns.full(), batch=torch.tensor([5, 0, 0]))
+
+
+# -- outputs and the command line ------------------------------------------------------------------
+
+
+def _imported_modules(*argv):
+    """Top-level module names ``python -X importtime -m graphattn.cli ARGV`` imports."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "graphattn.cli", *argv], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
+    return {name.split(".")[0] for name in rows[1:]}  # the first row is the header
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["bench", "--help"]], ids=["graphattn", "bench"])
+def test_help_starts_without_importing_torch(argv):
+    modules = _imported_modules(*argv)
+    assert "graphattn" in modules and "torch" not in modules and "transformers" not in modules
+
+
+def test_only_the_command_asked_for_is_imported():
+    import subprocess
+    import sys
+
+    code = ("import sys; from graphattn import cli; cli.main(['bench', '--sizes', '0']); "
+            "print(sorted(m for m in sys.modules if m.startswith('graphattn.cli.')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "['graphattn.cli.args', 'graphattn.cli.bench']", result.stderr[-2000:]
+    assert "Expected '--sizes' to be an int in [1, 16777216] (got '0')" in result.stderr
+
+
+def test_bench_writes_to_its_own_folder_in_the_current_folder_and_help_shows_every_default():
+    from pathlib import Path
+
+    from graphattn import cli
+
+    parser = cli.build_parser(commands=("bench",))
+    args = parser.parse_args(["bench"])
+    assert args.out == Path("bench-out") and not args.out.is_absolute()  # never benchmarks/results in the checkout
+    root = Path(__file__).resolve().parents[1]
+    ignored = (root / ".gitignore").read_text().splitlines()
+    assert {"bench-out/", "graphml-out/", "prune-my-text-out/"} <= set(ignored)
+    import argparse
+
+    from graphattn.cli import bench
+
+    options = argparse.ArgumentParser()
+    bench.add_arguments(options)
+    for action in options._actions:
+        if action.dest != "help":
+            assert "(default: " in action.help, action.dest
+
+
+def test_prune_example_has_its_own_default_folder():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "prune_my_text.py"
+    spec = importlib.util.spec_from_file_location("prune_my_text", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.DEFAULT_OUT == "prune-my-text-out"  # graphattn prune writes prune-out/: never the same
+    assert "default=DEFAULT_OUT" in path.read_text()
