@@ -18,6 +18,7 @@ from graphattn.validate import (check_bool, check_choice, check_features, check_
 
 __all__ = ["TransformerConv"]
 
+
 def _finite_edge_terms(edge_attr: Tensor, bias: Tensor) -> bool:
     """Whether the fast path's edge terms are usable: ``edge_attr`` finite and the score bias free of NaN and
     +inf (one host sync). Otherwise the layer runs ``propagate``, which gives what PyG gives (NaN only in the
@@ -253,8 +254,8 @@ class TransformerConv(MessagePassing):
                                          "(x_src, None)", "TransformerConv's queries are the targets' features"))
         else:
             raise TypeError(message("x", "a Tensor or a pair (x_src, x_dst)", type(x).__name__))
-        order = "" if x_src is x_dst else "a pair is (x_src, x_dst): sources (keys) first, targets (queries) second"
         one = x_src is x_dst
+        order = "" if one else "a pair is (x_src, x_dst): sources (keys) first, targets (queries) second"
         check_features("x" if one else "x_src", x_src, self.lin_key.weight, order)  # width, dtype: before any matmul
         check_features("x" if one else "x_dst", x_dst, self.lin_query.weight, order)
         return x_src, x_dst
