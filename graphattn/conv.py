@@ -8,11 +8,12 @@ transformers attention module comes from
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from graphattn import ops
+from graphattn import distributed, ops
 from graphattn.routing import attend, project, resolve, use_propagate
 from graphattn.validate import (as_int, check_bool, check_choice, check_fits_memory, check_int, check_not_jit,
                                 check_probability, message)
@@ -213,7 +214,8 @@ class AttentionConv(MessagePassing):
         return tuple(t.view(t.size(0), self.heads, self.out_channels // self.heads) for t in parts)  # (n, H, D)
 
     def forward(self, x, edge_index: Tensor, *, edge_bias: Tensor | None = None,
-                return_attention_weights: bool = False, size=None, batch: Tensor | None = None):
+                return_attention_weights: bool = False, size=None, batch: Tensor | None = None,
+                context_parallel=None):
         """Attend along ``edge_index``.
 
         Parameters
@@ -237,6 +239,15 @@ class AttentionConv(MessagePassing):
             (``patterns.full()``: every node attends to its own graph), on the
             ragged kernel (see :mod:`graphattn.routing`). Without it a pattern
             spans all N nodes, across graphs. Ignored with an edge list.
+        context_parallel : torch.distributed.ProcessGroup, optional
+            Run context-parallel over this group (``torch.distributed.group.WORLD``
+            for all processes): ``x`` is this process's contiguous block of the
+            sequence (blocks in rank order), ``edge_index`` the global graph or
+            an :class:`~graphattn.distributed.ExchangePlan` (reused), and
+            ``edge_bias`` the bias of the edges into this block; the output is
+            this block's, equal to the single-process layer's
+            (:func:`graphattn.distributed.attention`). Collective: every process
+            calls the layer. Not with ``size``, ``batch`` or ``impl="message_passing"``.
 
         In explain mode or with a message-passing hook registered the layer runs
         ``propagate`` (:func:`graphattn.routing.use_propagate`); compiled, it
@@ -250,6 +261,9 @@ class AttentionConv(MessagePassing):
         check_not_jit(self, "trace")
         check_bool("return_attention_weights", return_attention_weights)
         query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
+        if context_parallel is not None:
+            return self._context_parallel(query, key, value, edge_index, context_parallel, edge_bias,
+                                          return_attention_weights, size, batch)
         slow = use_propagate(self, edge_index, batch)
         edge_index, graph, _ = resolve(edge_index, size, batch, key.size(0), query.size(0),
                                        slow or return_attention_weights, query.device)
@@ -264,6 +278,24 @@ class AttentionConv(MessagePassing):
         if return_attention_weights:
             return out, (edge_index, alpha)
         return out
+
+    def _context_parallel(self, query, key, value, graph, group, edge_bias, return_attention_weights, size, batch):
+        """This process's block of the layer over a sequence split across ``group`` (:mod:`graphattn.distributed`)."""
+        if not isinstance(group, dist.ProcessGroup):
+            raise TypeError(message("context_parallel", "a torch.distributed ProcessGroup (e.g. "
+                                    "torch.distributed.group.WORLD) or None", type(group).__name__))
+        if size is not None or batch is not None or self.impl == "message_passing":
+            raise NotImplementedError("Expected 'context_parallel' without 'size', 'batch' and "
+                                      "impl='message_passing' (the graph is one global sequence)")
+        plan = graph if isinstance(graph, distributed.ExchangePlan) else \
+            distributed.plan_for_group(graph, query.size(0), group)
+        out, alpha = distributed.attention(query, key, value, plan, group=group, edge_bias=edge_bias,
+                                           dropout=self.dropout, training=self.training,
+                                           need_weights=return_attention_weights)  # (n, H, D), (E_local, H)
+        out = out.reshape(query.size(0), self.out_channels)  # (n, H*D)
+        if self.lin_out is not None:
+            out = self.lin_out(out)  # (n, F_out)
+        return (out, (plan.global_edge_index, alpha)) if return_attention_weights else out
 
     def _message_passing(self, query, key, value, edge_index, edge_bias):
         """The readable path: ``edge_update`` (scores, softmax) then ``propagate`` (``message``)."""
