@@ -214,6 +214,25 @@ def test_sparsity_on_a_continuation_of_past_key_values_equals_the_whole_sequence
     assert_close(rest[valid], whole[:, 6:][valid], torch.float32, atol=1e-4)
 
 
+@pytest.mark.parametrize("pattern", [ga.patterns.full(), ga.patterns.causal(), ga.patterns.window(2, 1),
+                                     ga.patterns.dilated(2, 1, 2), ga.patterns.longformer_window(2),
+                                     ga.patterns.flash_window(1, 0), ga.patterns.global_tokens([0, 3]),
+                                     ga.patterns.strided(3), ga.patterns.fixed(3, 1), ga.patterns.longformer(2),
+                                     ga.patterns.window(1, 0) & ga.patterns.strided(2)], ids=lambda p: p.name)
+@pytest.mark.parametrize("num_q", [1, 3, 9])
+def test_cached_pattern_rows_are_the_last_rows_of_the_whole_sequence(pattern, num_q):
+    """The rule view the cache uses (rows S - L .. S - 1) equals the edge view of the whole sequence, with padding."""
+    from graphattn.interop.masks import graph_from_mask, pattern_mask
+
+    S = 9
+    valid = torch.ones(3, S, dtype=torch.bool)
+    valid[1, :2] = False  # left padding
+    valid[2, :8] = False  # one token
+    whole = pattern_mask(pattern, graph_from_mask(torch.ones(3, 1, S, S, dtype=torch.bool), None, valid))
+    cached = pattern_mask(pattern, graph_from_mask(torch.ones(3, 1, num_q, S, dtype=torch.bool), None, valid))
+    assert torch.equal(cached, whole[:, :, S - num_q:])
+
+
 @pytest.mark.parametrize("pattern", [ga.patterns.random(2, seed=3), ga.patterns.window(1, 0) | ga.patterns.random(1)],
                          ids=["random_2", "window_1_0|random_1"])
 def test_sparsity_with_a_length_dependent_pattern_and_the_kv_cache_names_use_cache(pattern):
