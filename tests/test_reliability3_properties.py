@@ -3,7 +3,6 @@
 
 Examples are few and small (``max_examples=25``) so the suite stays fast; float64 at the 1e-10 tolerance."""
 
-import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings, strategies as st
