@@ -34,9 +34,27 @@ def _feature_sizes(in_channels) -> tuple[int, int, int]:
         raise TypeError(
             f"Expected 'in_channels' to be an int, a pair (F_kv, F_q) or a triple (F_k, F_v, F_q) (got {in_channels!r})"
         )
-    if min(sizes) < 1:
-        raise ValueError(f"Expected 'in_channels' to be positive (got {in_channels!r}); lazy sizes (-1) are not supported")
+    if any(f < 1 and f != -1 for f in sizes):
+        raise ValueError(message("in_channels", "positive sizes, or -1 for a size inferred at the first call",
+                                 in_channels))
     return sizes
+
+
+def _linear(in_features: int, out_features: int, bias: bool) -> nn.Module:
+    """``nn.Linear``; for a lazy size (-1) PyG's ``Linear``, which learns ``in_features`` at the first call
+    and then initialises as :meth:`AttentionConv.reset_parameters` does (Xavier-uniform weight, zero bias)."""
+    if in_features != -1:
+        return nn.Linear(in_features, out_features, bias=bias)
+    from torch_geometric.nn.dense.linear import Linear
+
+    return Linear(-1, out_features, bias=bias, weight_initializer="glorot", bias_initializer="zeros")
+
+
+def _in_width(lin: nn.Module) -> int | None:
+    """The input width of a projection, None while a lazy one has not seen its first input."""
+    if isinstance(lin.weight, nn.parameter.UninitializedParameter):
+        return None
+    return lin.weight.size(1)  # (F_out, F_in)
 
 
 class AttentionConv(MessagePassing):
@@ -62,6 +80,8 @@ class AttentionConv(MessagePassing):
     in_channels : int or tuple
         ``F_in``; or ``(F_kv, F_q)`` for cross-attention; or ``(F_k, F_v, F_q)``
         when keys and values come from different features (MHA's kdim != vdim).
+        ``-1`` for any of them: the size is taken from the first call (PyG's
+        lazy ``Linear``, as in PyG's convs, so ``to_hetero`` works).
     out_channels : int
         Total output size ``F_out = H * D`` (as ``embed_dim`` of ``nn.MultiheadAttention``).
     heads : int
@@ -136,15 +156,16 @@ class AttentionConv(MessagePassing):
         impl = check_choice("impl", impl, ("auto", "message_passing"))
         largest = "out_channels" if out_channels >= max(f_k, f_v, f_q) else "in_channels"
         check_fits_memory(largest, {"out_channels": out_channels, "in_channels": in_channels}[largest],
-                          out_channels * (f_k + f_v + f_q + out_channels), torch.get_default_dtype().itemsize)
+                          out_channels * (max(f_k, 0) + max(f_v, 0) + max(f_q, 0) + out_channels),
+                          torch.get_default_dtype().itemsize)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.heads = heads
         self.dropout = dropout
         self.impl = impl
-        self.lin_query = nn.Linear(f_q, out_channels, bias=bias)
-        self.lin_key = nn.Linear(f_k, out_channels, bias=bias)
-        self.lin_value = nn.Linear(f_v, out_channels, bias=bias)
+        self.lin_query = _linear(f_q, out_channels, bias)
+        self.lin_key = _linear(f_k, out_channels, bias)
+        self.lin_value = _linear(f_v, out_channels, bias)
         self.lin_out = nn.Linear(out_channels, out_channels, bias=bias) if output_projection else None
         self.reset_parameters()
 
@@ -152,6 +173,8 @@ class AttentionConv(MessagePassing):
         """Initialise as ``nn.MultiheadAttention`` does (Xavier-uniform weights, zero biases)."""
         super().reset_parameters()
         for lin in (self.lin_query, self.lin_key, self.lin_value):
+            if _in_width(lin) is None:  # lazy: initialised the same way at its first call
+                continue
             nn.init.xavier_uniform_(lin.weight)
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
@@ -174,12 +197,13 @@ class AttentionConv(MessagePassing):
                 f"Expected 'x' to be a Tensor, a pair (x_kv, x_q) or a triple (x_k, x_v, x_q) (got {type(x).__name__})"
             )
         for name, t, lin in (("x_q", x_q, self.lin_query), ("x_k", x_k, self.lin_key), ("x_v", x_v, self.lin_value)):
-            if not isinstance(t, Tensor) or t.dim() != 2 or t.size(-1) != lin.in_features:
+            width = _in_width(lin)  # None: lazy, any width is taken
+            if not isinstance(t, Tensor) or t.dim() != 2 or t.size(-1) != (width or t.size(-1)):
                 got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-                raise ValueError(f"Expected '{name}' to have shape (n, {lin.in_features}) (got {got})")
+                raise ValueError(f"Expected '{name}' to have shape (n, {width or 'F'}) (got {got})")
             if not t.is_floating_point():
                 raise TypeError(f"Expected '{name}' to be floating point (got {t.dtype})")
-            if t.dtype != lin.weight.dtype:
+            if width is not None and t.dtype != lin.weight.dtype:
                 raise TypeError(f"Expected '{name}' to have the layer's dtype {lin.weight.dtype} (got {t.dtype}); "
                                 f"convert one of them, e.g. conv.to({t.dtype})")
         if x_q is x_k and x_k is x_v:  # one matmul for the projections of one input
@@ -361,7 +385,10 @@ class AttentionConv(MessagePassing):
             If the layer has no output projection, or ``F_q != out_channels``
             (MHA's query size is its ``embed_dim``).
         """
-        f_k, f_v, f_q = _feature_sizes(self.in_channels)
+        f_k, f_v, f_q = (_in_width(lin) for lin in (self.lin_key, self.lin_value, self.lin_query))
+        if None in (f_k, f_v, f_q):
+            raise ValueError(message("in_channels", "known sizes to convert to nn.MultiheadAttention",
+                                     self.in_channels, "call the layer once so that its lazy sizes are set"))
         if self.lin_out is None or f_q != self.out_channels:
             raise ValueError(
                 "Expected an output projection and F_q == out_channels to convert to nn.MultiheadAttention "
