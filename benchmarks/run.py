@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from graphattn import bench
 from graphattn.cli import bench as command
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def target_cases(args) -> list[dict]:
@@ -40,6 +43,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--targets", action="store_true", help="only the cases the issue's targets name")
     command.add_arguments(parser)
+    parser.set_defaults(out=RESULTS)  # the repository's own record of runs (graphattn bench writes to bench-out/)
     args = parser.parse_args(argv)
     try:
         return command.main(args, target_cases(args) if args.targets else None)

@@ -8,7 +8,9 @@ and prints the table of :mod:`graphattn.prune` (density, attention mass kept,
 KL, sentence-embedding cosine to dense, retrieval fidelity, FLOPs, seconds).
 Each fixed pattern is followed by its oracle: top-k of the dense weights with
 the same number of edges. Writes ``prune.csv``, ``prune.json`` and the Pareto
-plot ``prune.png`` into ``--out``.
+plot ``prune.png`` into ``--out`` (default ``prune-my-text-out/`` in the current
+folder: its own, so that it never replaces the files of ``graphattn prune``,
+which writes to ``prune-out/``).
 
 This is the library call behind ``graphattn prune --text FILE``; use it as a
 starting point for your own experiment.
@@ -21,6 +23,8 @@ import sys
 
 import torch
 
+DEFAULT_OUT = "prune-my-text-out"  # this example's own folder (in .gitignore), never graphattn prune's prune-out/
+
 
 def main(argv=None) -> int:
     from graphattn import prune
@@ -32,7 +36,7 @@ def main(argv=None) -> int:
                         metavar="SPEC", help="pattern specs (see graphattn prune --help)")
     parser.add_argument("--limit", type=int, default=32, help="most passages, evenly spaced (default 32)")
     parser.add_argument("--max-length", type=int, default=128, help="most tokens per passage (default 128)")
-    parser.add_argument("--out", default="prune-out", help="output folder (default prune-out)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     args = parser.parse_args(argv)
 

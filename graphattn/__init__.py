@@ -5,28 +5,32 @@ may read key/value j". The complete graph is ordinary self-attention, a DAG is
 causal attention, a bipartite graph is cross-attention, and removing edges is
 sparse attention. See ``docs/design.md`` in the project for the conventions.
 
-``import graphattn`` loads torch and the core (patterns, graphs, dense, ops)
-only. The layer (:class:`AttentionConv`, which needs PyTorch Geometric, and
+``import graphattn`` loads nothing but this file, so that the ``graphattn``
+command starts without torch (``graphattn --help``). Every name loads on first
+access: the core (``patterns``, ``graphs``, ``dense``, ``ops``, ``attention``:
+torch), the layer (:class:`AttentionConv`, which needs PyTorch Geometric, and
 PyTorch Geometric in turn loads pandas and parts of transformers) and the
-bridges (:mod:`graphattn.interop`) load on first access. The one thing
-registered at import is graphattn's own ``torch.library`` operators (namespace
-``graphattn``, :mod:`graphattn.ops.operators`); nothing else registers itself
-or changes global state.
+bridges (:mod:`graphattn.interop`). The one thing registered at import is
+graphattn's own ``torch.library`` operators (namespace ``graphattn``,
+:mod:`graphattn.ops.operators`), when :mod:`graphattn.ops` is first imported (any
+use of the library imports it; before ``torch.export.load`` of a program that
+calls them, ``import graphattn.ops``); nothing else registers itself or changes
+global state.
 """
 
 import importlib
 
-from graphattn import dense, graphs, ops, patterns
-from graphattn.ops import attention
-
 __version__ = "0.2.0"  # the one place it is written: pyproject.toml reads it; CHANGELOG.md's top entry names it
 
-_LAZY = {"AttentionConv": ("graphattn.conv", "AttentionConv"), "conv": ("graphattn.conv", None),
-         "interop": ("graphattn.interop", None), "TransformerConv": ("graphattn.transformer_conv", "TransformerConv"),
+_LAZY = {"dense": ("graphattn.dense", None), "graphs": ("graphattn.graphs", None), "ops": ("graphattn.ops", None),
+         "patterns": ("graphattn.patterns", None), "attention": ("graphattn.ops", "attention"),
+         "AttentionConv": ("graphattn.conv", "AttentionConv"), "conv": ("graphattn.conv", None),
+         "interop": ("graphattn.interop", None), "distributed": ("graphattn.distributed", None),
+         "TransformerConv": ("graphattn.transformer_conv", "TransformerConv"),
          "GATConv": ("graphattn.gat", "GATConv"), "GATv2Conv": ("graphattn.gat", "GATv2Conv")}
 
-__all__ = ["AttentionConv", "TransformerConv", "GATConv", "GATv2Conv", "attention", "conv", "dense", "graphs", "interop",
-           "ops", "patterns", "__version__"]
+__all__ = ["AttentionConv", "TransformerConv", "GATConv", "GATv2Conv", "attention", "conv", "dense", "distributed",
+           "graphs", "interop", "ops", "patterns", "__version__"]
 
 
 def __getattr__(name):

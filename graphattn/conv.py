@@ -8,11 +8,12 @@ transformers attention module comes from
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from graphattn import ops
+from graphattn import distributed, ops
 from graphattn.routing import attend, project, resolve, use_propagate
 from graphattn.validate import (
     as_int,
@@ -41,9 +42,26 @@ def _feature_sizes(in_channels) -> tuple[int, int, int]:
         raise TypeError(
             f"Expected 'in_channels' to be an int, a pair (F_kv, F_q) or a triple (F_k, F_v, F_q) (got {in_channels!r})"
         )
-    if min(sizes) < 1:
-        raise ValueError(f"Expected 'in_channels' to be positive (got {in_channels!r}); lazy sizes (-1) are not supported")
+    if any(f < 1 and f != -1 for f in sizes):
+        raise ValueError(message("in_channels", "positive sizes, or -1 for a size inferred at the first call",
+                                 in_channels))
     return sizes
+
+
+def _linear(in_features: int, out_features: int, bias: bool) -> nn.Module:
+    """``nn.Linear``; PyG's lazy ``Linear`` for -1 (initialised at the first call as ``reset_parameters`` does)."""
+    if in_features != -1:
+        return nn.Linear(in_features, out_features, bias=bias)
+    from torch_geometric.nn.dense.linear import Linear
+
+    return Linear(-1, out_features, bias=bias, weight_initializer="glorot", bias_initializer="zeros")
+
+
+def _in_width(lin: nn.Module) -> int | None:
+    """The input width of a projection, None while a lazy one has not seen its first input."""
+    if isinstance(lin.weight, nn.parameter.UninitializedParameter):
+        return None
+    return lin.weight.size(1)  # (F_out, F_in)
 
 
 class AttentionConv(MessagePassing):
@@ -69,6 +87,8 @@ class AttentionConv(MessagePassing):
     in_channels : int or tuple
         ``F_in``; or ``(F_kv, F_q)`` for cross-attention; or ``(F_k, F_v, F_q)``
         when keys and values come from different features (MHA's kdim != vdim).
+        ``-1`` for any of them: the size is taken from the first call (PyG's
+        lazy ``Linear``, as in PyG's convs, so ``to_hetero`` works).
     out_channels : int
         Total output size ``F_out = H * D`` (as ``embed_dim`` of ``nn.MultiheadAttention``).
     heads : int, default 1
@@ -91,12 +111,10 @@ class AttentionConv(MessagePassing):
 
     Notes
     -----
-    Shapes:
-
-    - input: ``x (N, F_in)``, or ``(x_kv (S, F_kv), x_q (L, F_q))``, or
+    - input shapes: ``x (N, F_in)``, or ``(x_kv (S, F_kv), x_q (L, F_q))``, or
       ``(x_k (S, F_k), x_v (S, F_v), x_q (L, F_q))``; ``edge_index (2, E)``
       (row 0 = source j = key, row 1 = target i = query); ``edge_bias (E,)`` or ``(E, H)``
-    - output: ``(L, F_out)``; with ``return_attention_weights=True``
+    - output shapes: ``(L, F_out)``; with ``return_attention_weights=True``
       ``(out, (edge_index, alpha))`` with ``alpha (E, H)``
 
     Raises
@@ -145,15 +163,16 @@ class AttentionConv(MessagePassing):
         impl = check_choice("impl", impl, ("auto", "message_passing"))
         largest = "out_channels" if out_channels >= max(f_k, f_v, f_q) else "in_channels"
         check_fits_memory(largest, {"out_channels": out_channels, "in_channels": in_channels}[largest],
-                          out_channels * (f_k + f_v + f_q + out_channels), torch.get_default_dtype().itemsize)
+                          out_channels * (max(f_k, 0) + max(f_v, 0) + max(f_q, 0) + out_channels),
+                          torch.get_default_dtype().itemsize)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.heads = heads
         self.dropout = dropout
         self.impl = impl
-        self.lin_query = nn.Linear(f_q, out_channels, bias=bias)
-        self.lin_key = nn.Linear(f_k, out_channels, bias=bias)
-        self.lin_value = nn.Linear(f_v, out_channels, bias=bias)
+        self.lin_query = _linear(f_q, out_channels, bias)
+        self.lin_key = _linear(f_k, out_channels, bias)
+        self.lin_value = _linear(f_v, out_channels, bias)
         self.lin_out = nn.Linear(out_channels, out_channels, bias=bias) if output_projection else None
         self.reset_parameters()
 
@@ -161,6 +180,8 @@ class AttentionConv(MessagePassing):
         """Initialise as ``nn.MultiheadAttention`` does (Xavier-uniform weights, zero biases)."""
         super().reset_parameters()
         for lin in (self.lin_query, self.lin_key, self.lin_value):
+            if _in_width(lin) is None:  # lazy: initialised the same way at its first call
+                continue
             nn.init.xavier_uniform_(lin.weight)
             if lin.bias is not None:
                 nn.init.zeros_(lin.bias)
@@ -183,12 +204,13 @@ class AttentionConv(MessagePassing):
                 f"Expected 'x' to be a Tensor, a pair (x_kv, x_q) or a triple (x_k, x_v, x_q) (got {type(x).__name__})"
             )
         for name, t, lin in (("x_q", x_q, self.lin_query), ("x_k", x_k, self.lin_key), ("x_v", x_v, self.lin_value)):
-            if not isinstance(t, Tensor) or t.dim() != 2 or t.size(-1) != lin.in_features:
+            width = _in_width(lin)  # None: lazy, any width is taken
+            if not isinstance(t, Tensor) or t.dim() != 2 or t.size(-1) != (width or t.size(-1)):
                 got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-                raise ValueError(f"Expected '{name}' to have shape (n, {lin.in_features}) (got {got})")
+                raise ValueError(f"Expected '{name}' to have shape (n, {width or 'F'}) (got {got})")
             if not t.is_floating_point():
                 raise TypeError(f"Expected '{name}' to be floating point (got {t.dtype})")
-            if t.dtype != lin.weight.dtype:
+            if width is not None and t.dtype != lin.weight.dtype:
                 raise TypeError(f"Expected '{name}' to have the layer's dtype {lin.weight.dtype} (got {t.dtype}); "
                                 f"convert one of them, e.g. conv.to({t.dtype})")
         if x_q is x_k and x_k is x_v:  # one matmul for the projections of one input
@@ -199,7 +221,8 @@ class AttentionConv(MessagePassing):
         return tuple(t.view(t.size(0), self.heads, self.out_channels // self.heads) for t in parts)  # (n, H, D)
 
     def forward(self, x, edge_index: Tensor, *, edge_bias: Tensor | None = None,
-                return_attention_weights: bool = False, size=None, batch: Tensor | None = None):
+                return_attention_weights: bool = False, size=None, batch: Tensor | None = None,
+                context_parallel=None):
         """Attend along ``edge_index``.
 
         Parameters
@@ -223,6 +246,15 @@ class AttentionConv(MessagePassing):
             (``patterns.full()``: every node attends to its own graph), on the
             ragged kernel (see :mod:`graphattn.routing`). Without it a pattern
             spans all N nodes, across graphs. Ignored with an edge list.
+        context_parallel : torch.distributed.ProcessGroup, optional
+            Run context-parallel over this group (``torch.distributed.group.WORLD``
+            for all processes): ``x`` is this process's contiguous block of the
+            sequence (blocks in rank order), ``edge_index`` the global graph or
+            an :class:`~graphattn.distributed.ExchangePlan` (reused), and
+            ``edge_bias`` the bias of the edges into this block; the output is
+            this block's, equal to the single-process layer's
+            (:func:`graphattn.distributed.attention`). Collective: every process
+            calls the layer. Not with ``size``, ``batch`` or ``impl="message_passing"``.
 
         In explain mode or with a message-passing hook registered the layer runs
         ``propagate`` (:func:`graphattn.routing.use_propagate`); compiled, it
@@ -236,6 +268,9 @@ class AttentionConv(MessagePassing):
         check_not_jit(self, "trace")
         check_bool("return_attention_weights", return_attention_weights)
         query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
+        if context_parallel is not None:
+            return self._context_parallel(query, key, value, edge_index, context_parallel, edge_bias,
+                                          return_attention_weights, size, batch)
         slow = use_propagate(self, edge_index, batch)
         edge_index, graph, _ = resolve(edge_index, size, batch, key.size(0), query.size(0),
                                        slow or return_attention_weights, query.device)
@@ -250,6 +285,24 @@ class AttentionConv(MessagePassing):
         if return_attention_weights:
             return out, (edge_index, alpha)
         return out
+
+    def _context_parallel(self, query, key, value, graph, group, edge_bias, return_attention_weights, size, batch):
+        """The block of this process, over a sequence split across ``group`` (:mod:`graphattn.distributed`)."""
+        if not isinstance(group, dist.ProcessGroup):
+            raise TypeError(message("context_parallel", "a torch.distributed ProcessGroup (e.g. "
+                                    "torch.distributed.group.WORLD) or None", type(group).__name__))
+        if size is not None or batch is not None or self.impl == "message_passing":
+            raise NotImplementedError("Expected 'context_parallel' without 'size', 'batch' and "
+                                      "impl='message_passing' (the graph is one global sequence)")
+        plan = graph if isinstance(graph, distributed.ExchangePlan) else \
+            distributed.plan_for_group(graph, query.size(0), group)
+        out, alpha = distributed.attention(query, key, value, plan, group=group, edge_bias=edge_bias,
+                                           dropout=self.dropout, training=self.training,
+                                           need_weights=return_attention_weights)  # (n, H, D), (E_local, H)
+        out = out.reshape(query.size(0), self.out_channels)  # (n, H*D)
+        if self.lin_out is not None:
+            out = self.lin_out(out)  # (n, F_out)
+        return (out, (plan.global_edge_index, alpha)) if return_attention_weights else out
 
     def _message_passing(self, query, key, value, edge_index, edge_bias):
         """The readable path: ``edge_update`` (scores, softmax) then ``propagate`` (``message``)."""
@@ -339,7 +392,10 @@ class AttentionConv(MessagePassing):
             If the layer has no output projection, or ``F_q != out_channels``
             (MHA's query size is its ``embed_dim``).
         """
-        f_k, f_v, f_q = _feature_sizes(self.in_channels)
+        f_k, f_v, f_q = (_in_width(lin) for lin in (self.lin_key, self.lin_value, self.lin_query))
+        if None in (f_k, f_v, f_q):
+            raise ValueError(message("in_channels", "known sizes to convert to nn.MultiheadAttention",
+                                     self.in_channels, "call the layer once so that its lazy sizes are set"))
         if self.lin_out is None or f_q != self.out_channels:
             raise ValueError(
                 "Expected an output projection and F_q == out_channels to convert to nn.MultiheadAttention "

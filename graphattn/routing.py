@@ -93,7 +93,7 @@ def resolve(edge_index, size, batch: Tensor | None, S: int, L: int, need_edges: 
     if batch is None:
         edges = edge_index.edge_index(L, S)  # (2, E)
     else:
-        edges = per_graph_edges(group_sizes(batch, L), edge_index)  # (2, E): the pattern in each graph
+        edges = per_graph_edges(group_sizes(compact_batch(batch), L), edge_index)  # (2, E): the pattern per graph
     edges = edges.to(device)
     return edges, edges, None
 
@@ -106,8 +106,25 @@ def attend(query: Tensor, key: Tensor, value: Tensor, graph, batch: Tensor | Non
         if kwargs.get("edge_bias") is not None:
             raise ValueError(message("edge_bias", "None with a pattern and 'batch'", "a Tensor"))
         kwargs.pop("edge_bias", None)
-        return ops.batched_attention(query, key, value, graph, batch, **kwargs)
+        return ops.batched_attention(query, key, value, graph, compact_batch(batch), **kwargs)
     return ops.attention(query, key, value, graph, **kwargs)
+
+
+def compact_batch(batch: Tensor) -> Tensor:
+    """A sorted ``batch`` with gaps in its graph ids (``[0, 0, 10**6]``) renumbered ``range(G)`` over the graphs
+    that have nodes, so that the kernels' cost follows the nodes and real graphs, never the largest id.
+
+    Empty graphs have no nodes, so nothing changes but the numbering. Anything else (no gaps, unsorted,
+    negative, not a 1-D integer tensor; under ``torch.compile``) is returned as it is, for
+    :func:`graphattn.ops.batched_attention` to use or refuse by name.
+    """
+    if (torch.compiler.is_compiling() or not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() == 0
+            or batch.dtype not in (torch.int64, torch.int32)):
+        return batch
+    steps = batch[1:] - batch[:-1]  # (N - 1,) 0 inside a graph, 1 to the next id, > 1 over empty graphs
+    if not bool(((steps > 1).any() | (batch[0] > 0)) & (steps >= 0).all()):  # one host sync
+        return batch
+    return torch.cat([batch.new_zeros(1), (steps > 0).cumsum(0).to(batch.dtype)])  # (N,)
 
 
 def project(x: Tensor, *lins) -> tuple[Tensor, ...]:

@@ -16,6 +16,7 @@ from graphattn.routing import attend, project, resolve, use_propagate
 from graphattn.validate import (
     check_bool,
     check_choice,
+    check_features,
     check_fits_memory,
     check_int,
     check_not_jit,
@@ -25,6 +26,16 @@ from graphattn.validate import (
 )
 
 __all__ = ["TransformerConv"]
+
+
+def _finite_edge_terms(edge_attr: Tensor, bias: Tensor) -> bool:
+    """Whether the fast path's edge terms are usable: ``edge_attr`` finite and the score bias free of NaN and
+    +inf (one host sync). Otherwise the layer runs ``propagate``, which gives what PyG gives (NaN only in the
+    rows of the affected targets) instead of refusing an ``edge_bias`` the caller never passed.
+    """
+    bad = ~torch.isfinite(edge_attr).all() | torch.isnan(bias).any() | (bias == math.inf).any()  # ()
+    return not bool(bad)
+
 
 class TransformerConv(MessagePassing):
     r"""The graph transformer operator of Shi et al. [1]_, PyG's ``TransformerConv``, on graphattn's kernels.
@@ -253,12 +264,10 @@ class TransformerConv(MessagePassing):
                                          "(x_src, None)", "TransformerConv's queries are the targets' features"))
         else:
             raise TypeError(message("x", "a Tensor or a pair (x_src, x_dst)", type(x).__name__))
-        for name, t, lin in (("x_src", x_src, self.lin_key), ("x_dst", x_dst, self.lin_query)):
-            check_tensor(name, t, dim=2, shape_text="(n, F)", floating=True)
-            weight = lin.weight
-            if not isinstance(weight, torch.nn.parameter.UninitializedParameter) and t.dtype != weight.dtype:
-                raise TypeError(message(name, f"of the layer's dtype {weight.dtype}", t.dtype,
-                                        f"convert one of them, e.g. conv.to({t.dtype})"))
+        one = x_src is x_dst
+        order = "" if one else "a pair is (x_src, x_dst): sources (keys) first, targets (queries) second"
+        check_features("x" if one else "x_src", x_src, self.lin_key.weight, order)  # width, dtype: before any matmul
+        check_features("x" if one else "x_dst", x_dst, self.lin_query.weight, order)
         return x_src, x_dst
 
     def _check_edge_attr(self, edge_attr: Tensor | None, edge_index) -> Tensor | None:
@@ -275,6 +284,7 @@ class TransformerConv(MessagePassing):
                                      "build its edges: pattern.edge_index(L, S)"))
         E = edge_index.size(1) if edge_index.dim() == 2 else -1
         check_tensor("edge_attr", edge_attr, dim=2, shape_text=f"(E, {self.edge_dim})", floating=True)
+        check_features("edge_attr", edge_attr, self.lin_edge.weight)  # width and dtype
         if edge_attr.shape != (E, self.edge_dim):
             raise ValueError(message("edge_attr", f"of shape (E, F_e) = {(E, self.edge_dim)}",
                                      f"shape {tuple(edge_attr.shape)}"))
@@ -292,6 +302,9 @@ class TransformerConv(MessagePassing):
         src_dst = edge_index[1]  # (E,) target i of each edge
         q_edge = torch.einsum("lhd,hdf->lhf", query, w_edge)  # (L, H, F_e): W_6^T q_i
         bias = torch.einsum("ehf,ef->eh", q_edge[src_dst], edge_attr) / math.sqrt(C)  # (E, H): q_i · W_6 e_ij
+        if not torch.compiler.is_compiling() and not _finite_edge_terms(edge_attr, bias):
+            # NaN/inf edge features (or scores overflowing): PyG's own computation, NaN only in the rows they reach
+            return self._propagate(query, key, value, edge_index, edge_attr, (key.size(0), L))
         out, alpha = ops.attention(query, key, value, edge_index, edge_bias=bias, dropout=self.dropout,
                                    training=self.training, need_weights=True)  # (L, H, D), (E, H)
         terms = alpha.unsqueeze(-1) * edge_attr.unsqueeze(1)  # (E, H, 1) * (E, 1, F_e) -> (E, H, F_e)

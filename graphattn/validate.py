@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["message", "as_int", "check_int", "check_float", "check_probability", "check_tensor",
-           "check_choice", "check_bool", "check_fits_memory", "check_not_jit", "MAX_INDEX"]
+           "check_choice", "check_bool", "check_features", "check_fits_memory", "check_not_jit", "MAX_INDEX"]
 
 MAX_INDEX = 2 ** 62  # largest size or index any entry accepts: products of two stay far from int64 overflow
 
@@ -136,6 +136,32 @@ def check_tensor(name: str, value, *, dim: int | tuple[int, ...] | None = None, 
         raise TypeError(message(name, "a floating-point Tensor", value.dtype))
     if dtype is not None and value.dtype != dtype:
         raise TypeError(message(name, f"a Tensor of dtype {dtype}", value.dtype))
+    return value
+
+
+def check_features(name: str, value, weight: Tensor, fix: str = "") -> Tensor:
+    """Features ``value (n, F)`` that a projection of weight ``(F_out, F)`` can take, checked before its matmul.
+
+    Width and dtype are compared with ``weight`` (``TypeError`` for the dtype,
+    ``ValueError`` for the shape), so a wrong input names the argument instead of
+    torch's "mat1 and mat2 shapes cannot be multiplied". An uninitialised (lazy)
+    weight takes any width. ``fix`` is appended to the width message (e.g. the
+    order of a pair).
+
+    Examples
+    --------
+    >>> check_features("x", torch.zeros(3, 5), torch.zeros(8, 4))
+    Traceback (most recent call last):
+    ValueError: Expected 'x' to be of shape (n, 4) (got shape (3, 5))
+    """
+    check_tensor(name, value, dim=2, shape_text="(n, F)", floating=True)
+    if isinstance(weight, torch.nn.parameter.UninitializedParameter):
+        return value
+    if value.size(1) != weight.size(-1):
+        raise ValueError(message(name, f"of shape (n, {weight.size(-1)})", f"shape {tuple(value.shape)}", fix))
+    if value.dtype != weight.dtype:
+        raise TypeError(message(name, f"of the layer's dtype {weight.dtype}", value.dtype,
+                                f"convert one of them, e.g. conv.to({value.dtype})"))
     return value
 
 

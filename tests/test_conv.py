@@ -333,7 +333,7 @@ def test_bad_sizes_are_refused(bad):
     with pytest.raises(TypeError if isinstance(bad, float) else ValueError, match="out_channels"):
         AttentionConv(4, bad)
     with pytest.raises((TypeError, ValueError), match="in_channels"):
-        AttentionConv(bad if bad != 0 else -1, 4)
+        AttentionConv(bad, 4)  # -1 alone is a lazy size (test_lazy_sizes_are_taken_from_the_first_call)
 
 
 def test_feature_dtype_must_match_the_layer():

@@ -63,10 +63,15 @@ def test_prune_my_text(tmp_path):
     lines = [" ".join(p.split())[:300] for p in prose]  # prose paragraphs: grammar lines are dropped as too short
     text = tmp_path / "mine.txt"
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    main_job = tmp_path / "prune-out"  # graphattn prune's default folder, holding another experiment's results
+    main_job.mkdir()
+    (main_job / "prune.csv").write_text("the main job's results\n")
     rc, out, err = _run("prune_my_text.py", text, "--patterns", "window:2", "--limit", 4, "--max-length", 32,
-                        "--out", tmp_path / "out")
+                        cwd=tmp_path)  # the default --out
     assert rc == 0, err
     assert "oracle(window_2_2)" in out and "PASS" in out
-    assert {p.name for p in (tmp_path / "out").iterdir()} == {"prune.csv", "prune.json", "prune.png"}
+    assert {p.name for p in (tmp_path / "prune-my-text-out").iterdir()} == {"prune.csv", "prune.json", "prune.png"}
+    assert [p.name for p in main_job.iterdir()] == ["prune.csv"]  # never touched
+    assert (main_job / "prune.csv").read_text() == "the main job's results\n"
     rc, _, err = _run("prune_my_text.py", tmp_path / "missing.txt")
     assert rc == 2 and "missing.txt" in err

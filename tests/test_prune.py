@@ -539,5 +539,6 @@ def test_prune_sweep_draws_its_figure(tmp_path, capsys):
     out = tmp_path / "out"
     assert cli.main(["prune", "--sweep", "--limit", "4", "--max-length", "16", "--out", str(out)]) == 0
     data = json.loads((out / "prune.json").read_text())
-    assert len(data["rows"]) == 1 + len(data["meta"]["sweep"]) and "oracle(" not in capsys.readouterr().out
+    assert len(data["rows"]) == 2 + len(data["meta"]["sweep"]) and "oracle(" not in capsys.readouterr().out
+    assert data["rows"][-1]["pattern"] == "bm25" and all("MRR_p_holm" in r for r in data["rows"][1:-1])
     assert matplotlib.image.imread(out / "prune.png").shape[2] in (3, 4)

@@ -1,6 +1,7 @@
 """Argument checks shared by the analysis functions (validate's template, one place)."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Sequence
@@ -56,7 +57,11 @@ def num_nodes_of(edge_index, num_nodes, name: str = "edge_index") -> int:
 
 
 def layer_list(edge_index, alphas, name: str = "alphas") -> list[tuple[Tensor, Tensor, str]]:
-    """Each layer's edges, head-averaged weights and the edges' name: list of ((2, E), (E,), str)."""
+    """Each layer's edges, head-averaged weights and the edges' name: list of ((2, E), (E,), str).
+
+    Layers of different floating dtypes are promoted to one (``torch.promote_types``: float32 and float64
+    give float64), so products of layers never mix dtypes.
+    """
     if isinstance(alphas, Tensor):
         if alphas.dim() not in (2, 3):
             raise ValueError(message(name, "a Tensor of shape (layers, E) or (layers, E, H)",
@@ -81,7 +86,8 @@ def layer_list(edge_index, alphas, name: str = "alphas") -> list[tuple[Tensor, T
     for layer, (ei, ei_name, a) in enumerate(zip(edges, names, alphas)):
         check_edge_index(ei, ANY_INDEX, ANY_INDEX, ei_name)
         layers.append((ei, edge_weights(ei, a, None, f"{name}[{layer}]"), ei_name))
-    return layers
+    dtype = functools.reduce(torch.promote_types, [w.dtype for _, w, _ in layers])  # float32 + float64 -> float64
+    return [(ei, w.to(dtype), ei_name) for ei, w, ei_name in layers]
 
 
 def stacked(alpha, edge_index, name: str = "alpha") -> Tensor:

@@ -69,6 +69,10 @@ def to_networkx(
     if tokens is not None and (isinstance(tokens, str) or not isinstance(tokens, Sequence)):
         raise TypeError(message("tokens", "a sequence of str, one per node", type(tokens).__name__))
     if num_nodes is None and tokens is not None:
+        needed = num_nodes_of(edge_index, None)  # one more than the largest index (edge_index checked)
+        if len(tokens) < needed:
+            raise ValueError(message("tokens", f"a sequence of at least {needed} entries, one per node "
+                                               f"(edge_index reaches node {needed - 1})", len(tokens)))
         num_nodes = len(tokens)
     n = num_nodes_of(edge_index, num_nodes)
     if tokens is not None and len(tokens) != n:

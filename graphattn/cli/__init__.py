@@ -4,8 +4,19 @@ A module per subcommand (:mod:`graphattn.cli.prune`, ...), each with
 ``add_arguments(parser)`` and ``main(args) -> int``; the work itself lives in
 the library (``graphattn.prune``, ``graphattn.interop.explain``,
 ``graphattn.steps``, ``graphattn.bench``), which imports its heavy
-dependencies (transformers, matplotlib, pandas) inside functions, so
-``graphattn --help`` stays fast.
+dependencies (transformers, matplotlib, pandas) inside functions.
+
+Adding a subcommand ``NAME``: write ``graphattn/cli/NAME.py`` with
+``add_arguments(parser)`` and ``main(args) -> int``, and add one line to
+:data:`COMMANDS`: ``"NAME": ("graphattn.cli.NAME", "one-line help")``.
+Nothing else registers it. The subcommand modules load lazily: ``graphattn
+--help`` imports none of them (the one-line help comes from :data:`COMMANDS`),
+and ``graphattn NAME ...`` imports only ``graphattn.cli.NAME``, so the command
+starts without torch (``python -X importtime -m graphattn.cli --help``); keep
+torch and the library out of a command module's top level where its options
+do not need them. Show every default in ``--help`` (``"... (default: 8)"`` in the
+help text, as :mod:`graphattn.cli.bench` does, or
+``parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter``).
 
 One error path: a user error (a bad option, value, path or size, a missing
 optional dependency) prints one line ``graphattn <command>: error: ...`` on
@@ -52,15 +63,25 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(self.prog, message)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``graphattn`` parser with one subparser per entry of :data:`COMMANDS`."""
+def build_parser(commands=None) -> argparse.ArgumentParser:
+    """The ``graphattn`` parser with one subparser per entry of :data:`COMMANDS`.
+
+    Only the subcommands in ``commands`` (default: all) get their options, which
+    imports their modules; the others are listed with their one-line help.
+    """
     parser = _Parser(prog="graphattn", description="Self-attention as a graph operation (see README.md).")
     parser.add_argument("--version", action="version", version=f"graphattn {graphattn.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module_name).add_arguments(p)
+        if commands is None or name in commands:
+            importlib.import_module(module_name).add_arguments(p)
     return parser
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option), if any."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def _one_line(err: BaseException) -> str:
@@ -76,8 +97,8 @@ def _one_line(err: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``graphattn``; return the exit code (0 success, 1 a failed self-check, 2 a user error, 130 Ctrl-C)."""
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(commands=(_command_of(argv),))  # only the command asked for is imported
     try:
         args = parser.parse_args(argv)
     except UsageError as err:

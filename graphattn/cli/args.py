@@ -12,9 +12,16 @@ import argparse
 import math
 import os
 
-from graphattn.validate import message
-
 __all__ = ["int_in", "float_in", "names", "ints", "cpu_threads", "out_path"]
+
+
+def message(name: str, expected: str, got, fix: str = "") -> str:
+    """:func:`graphattn.validate.message`, imported when an option is refused (validate imports torch, which
+    ``graphattn COMMAND --help`` does not need).
+    """
+    from graphattn.validate import message as template
+
+    return template(name, expected, got, fix)
 
 
 def int_in(name: str, low: int, high: int):

@@ -1,12 +1,16 @@
 """``graphattn prune``: dense vs sparse attention on a real model, scored on a labelled task (:mod:`graphattn.prune`).
 
-Prints the task and its sizes, a progress bar, the table (task metrics with
-paired bootstrap 95 % intervals of the difference from dense, then costs and
-fidelity) and the self-check; writes ``prune.csv``, ``prune.json`` (with a
-``meta`` block), the per-query, per-passage and per-layer CSVs, optionally
-the embeddings, and ``prune.png`` into ``--out``, all or none. Exit 0 when the
-self-check passes; 1 when it fails, and then nothing is written; 2 for a user
-error (one line, from :func:`graphattn.cli.main`).
+Checks every spec against the model's config before the model loads; prints
+the task's construction, the eager and SDPA forward times, a progress bar, the
+table (the headline metric with its paired bootstrap 95 % interval, sign-flip
+p-value, Holm adjustment and changed-query count, then the other metrics,
+costs and fidelity, a BM25 row last) and the self-check; writes
+``prune.csv``, ``prune.json`` (with a ``meta`` block), the per-query,
+per-passage and per-layer CSVs, the query and document texts and TREC qrels,
+optionally the embeddings, and ``prune.png`` into ``--out``, all or none.
+Exit 0 when the self-check passes; 1 when it fails, and then nothing is
+written; 2 for a user error (one line, from :func:`graphattn.cli.main`).
+Reference: ``docs/prune.md``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ __all__ = ["add_arguments", "main", "fidelity_figure", "sweep_figure", "environm
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PYDOC_SOURCE = "pydoc_data.topics (Python reference documentation)"
+DEFAULT_FIRST_SENTENCE = 100  # first-sentence queries by default (about the old default's time); --limit 400 for narrower intervals
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,13 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "pattern specs:\n" + SPEC_HELP
     parser.add_argument("--patterns", nargs="+", metavar="SPEC", default=None,
                         help=f"pattern specs (default: {' '.join(DEFAULT_PATTERNS)}); the dense row is always first")
-    parser.add_argument("--task", choices=TASKS, default=None,
-                        help="title-retrieval (default with the pydoc corpus): each topic title is a query, its "
-                             "chunks the relevant documents; first-sentence: a passage's first sentence finds the "
-                             "rest of it (default with --text); none: fidelity to dense only")
+    parser.add_argument("--task", choices=TASKS, default="first-sentence",
+                        help="first-sentence (default): a passage's first sentence finds the rest of it among the "
+                             "others; title-retrieval: each pydoc topic title finds the topic's first chunk (easy: "
+                             "its defining paragraph); title-nonfirst: the title finds a later chunk of its topic; "
+                             "none: fidelity to dense only. The construction is printed with the table")
     parser.add_argument("--limit", type=int_in("--limit", 3, 100_000), default=None, metavar="N",
-                        help="number of queries (topics for title-retrieval; documents for none), evenly spaced "
-                             "(default: all 76 topics; 400 first sentences; 48 documents)")
+                        help=f"number of queries (topics for the title tasks; documents for none), evenly spaced "
+                             f"(default: {DEFAULT_FIRST_SENTENCE} first sentences; every topic; 48 documents)")
     parser.add_argument("--docs-per-topic", type=int_in("--docs-per-topic", 1, 1000), default=1, metavar="K",
                         help="title-retrieval: chunks of each topic among the documents (default 1)")
     parser.add_argument("--max-length", type=int_in("--max-length", 8, 100_000), default=128, metavar="T",
@@ -61,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int_in("--seed", 0, 2**31 - 1), default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--resamples", type=int_in("--resamples", 100, 1_000_000), default=2000, metavar="N",
                         help="bootstrap resamples per interval (default 2000)")
+    parser.add_argument("--seeds", type=int_in("--seeds", 1, 100), default=3, metavar="N",
+                        help="draws of each random or BigBird row (seed, seed + 1, ...): its headline metric's mean "
+                             "and spread over them (default 3)")
     parser.add_argument("--threads", type=cpu_threads("--threads"), default=1, metavar="N",
                         help="torch threads, at most the CPU count (default 1: many small tensor operations, which "
                              "a second thread barely speeds up and which slow down on shared cores)")
@@ -81,21 +90,23 @@ def main(args: argparse.Namespace) -> int:
     config = prune.models.model_config(args.model)  # before any weight is loaded
     sweep = prune.sweep.sweep_specs(int(config.num_hidden_layers)) if args.sweep else None
     specs = [parse_spec(s) for s in ([t for t, _, _ in sweep] if sweep else (args.patterns or DEFAULT_PATTERNS))]
+    for spec in specs:  # scopes against the model's range, and pattern functions on a few tokens, before loading
+        prune.specs.check_spec(spec, int(config.num_hidden_layers), int(config.num_attention_heads))
     prune.models.check_max_length(config, args.max_length)
     trained = prune.models.trained_length(args.model, config)
     if trained is not None and args.max_length > trained:
         print(f"warning: --max-length {args.max_length} is above the {trained} tokens the model was trained on; "
               "its attention on longer inputs is out of distribution", file=sys.stderr)
-    task_name = args.task or ("first-sentence" if args.text else "title-retrieval")
+    task_name = args.task
     passages, source, dropped = None, PYDOC_SOURCE, {}
     if args.text:
         source = args.text
-        passages = prune.corpus.read_passages(args.text, max_length=args.max_length, dropped=dropped)
-        if task_name == "title-retrieval":
-            raise ValueError("Expected '--task' to be first-sentence or none with --text (got title-retrieval, "
+        if task_name.startswith("title"):
+            raise ValueError(f"Expected '--task' to be first-sentence or none with --text (got {task_name}, "
                              "which needs the pydoc topics' titles)")
+        passages = prune.corpus.read_passages(args.text, max_length=args.max_length, dropped=dropped)
     model, tokenizer = prune.load_model(args.model)
-    limit = args.limit or {"title-retrieval": None, "first-sentence": 400, "none": 48}[task_name]
+    limit = args.limit or {"first-sentence": DEFAULT_FIRST_SENTENCE, "none": 48}.get(task_name)
     task = prune.make_task(task_name, tokenizer, args.max_length, limit, passages, args.docs_per_topic)
     task.dropped.update({f"lines_{k}": v for k, v in dropped.items()})
     threads = torch.get_num_threads()
@@ -119,7 +130,7 @@ def _report(args, specs, task, source, model, tokenizer, sweep=None) -> int:
     t0 = time.perf_counter()
     results = prune.run_experiment(specs, task=task, model=model, tokenizer=tokenizer, max_length=args.max_length,
                                    oracle=not (args.no_oracle or sweep), pooling=pooling, seed=args.seed,
-                                   resamples=args.resamples, keep_embeddings=args.embeddings)
+                                   resamples=args.resamples, keep_embeddings=args.embeddings, seeds=args.seeds)
     total = time.perf_counter() - t0
     print(prune.format_table(results))
     ok, msg = prune.self_check(results[0])
@@ -165,13 +176,15 @@ def environment() -> dict:
 def fidelity_figure(results, meta: dict):
     """The task metric against attention FLOPs, fidelity against density, and per-layer drift.
 
-    Left: MRR with its 95 % interval against attention GFLOPs (log scale);
-    realisable patterns joined by their Pareto front, data-dependent rows
-    (top-k, threshold, oracle) hollow and grey, apart: their FLOPs include the
-    dense scores they select from, they are not a saving. Middle:
-    sentence-embedding cosine to dense against density
-    (:func:`graphattn.viz.pareto`). Right: per-layer relative output error of
-    the realisable patterns (drift through the layers). A
+    Left: the headline metric (MRR, or NLL for a causal LM) with its 95 %
+    interval against attention GFLOPs (log scale); realisable patterns joined
+    by their Pareto front, rows that need every dense score first (top-k,
+    threshold, oracle) hollow and grey, off the front: their FLOPs include the
+    dense scores they select from, they are not a saving; BM25 as a line.
+    Middle: sentence-embedding cosine to dense against density, the front
+    (:func:`graphattn.viz.pareto`) drawn through the realisable rows only, the
+    others hollow and grey beside it. Right: per-layer relative output error
+    of the realisable patterns (drift through the layers). A
     ``matplotlib.figure.Figure`` of its own, outside pyplot, so nothing global
     (the backend) changes.
     """
@@ -182,10 +195,18 @@ def fidelity_figure(results, meta: dict):
     fig = Figure(figsize=(16, 5), layout="constrained")
     axes = fig.subplots(1, 3)
     _task_panel(axes[0], results)
-    viz.pareto(list(results), ax=axes[1], x="density", y="cos_mean", family="family")
+    realisable = [r for r in results if r.get("realisable") is True]
+    viz.pareto(realisable, ax=axes[1], x="density", y="cos_mean", family="family")
+    needs = [r for r in results if r.get("realisable") is False]
+    if needs:
+        axes[1].plot([r["density"] for r in needs], [r["cos_mean"] for r in needs], "o", color="0.55", mfc="white",
+                     label="needs dense scores (top-k, oracle): not on the front")
+    cosines = [r["cos_mean"] for r in results if r.get("realisable") is not None]
+    axes[1].set_ylim(min(cosines) - 0.03, 1.01)  # every row in view, the realisable front's lowest point too
     axes[1].set_xscale("log")
+    axes[1].set_xlabel("density (fraction of the model's edges kept)")
     axes[1].set_ylabel("document-embedding cosine to dense (mean)")
-    axes[1].legend(fontsize=7, loc="lower right")
+    axes[1].legend(fontsize=7, loc="center right")
     _drift_panel(axes[2], results)
     for ax, title in zip(axes, ("the task against attention cost", "fidelity to dense against density",
                                 "per-layer drift (realisable patterns)")):
@@ -198,11 +219,11 @@ def fidelity_figure(results, meta: dict):
 def _task_panel(ax, results) -> None:
     from matplotlib import ticker
 
-    metric = "MRR" if "MRR" in results[0] else ("nll" if "nll" in results[0] else "cos_mean")
+    metric = "nll" if "nll" in results[0] else ("MRR" if "MRR" in results[0] else "cos_mean")
     labelled = []
     for realisable, style in ((True, dict(fmt="o", color="C0")),
                               (False, dict(fmt="o", color="0.55", mfc="white"))):
-        rows = [r for r in results if r["realisable"] == realisable]
+        rows = [r for r in results if r.get("realisable") is realisable]
         if not rows:
             continue
         x, y = [r["attn_gflop"] for r in rows], [r[metric] for r in rows]
@@ -211,29 +232,34 @@ def _task_panel(ax, results) -> None:
             err = [[max(0.0, r[f"{metric}_delta"] - r[f"{metric}_lo"]) for r in rows],
                    [max(0.0, r[f"{metric}_hi"] - r[f"{metric}_delta"]) for r in rows]]
         ax.errorbar(x, y, yerr=err, capsize=3, linestyle="none",
-                    label="realisable patterns" if realisable else "data-dependent (not a saving)", **style)
+                    label="realisable patterns" if realisable else "needs dense scores (top-k, oracle): not a saving",
+                    **style)
         labelled.append((rows, style["color"], not realisable))
-    front = sorted((r for r in results if r["realisable"]), key=lambda r: r["attn_gflop"])
+    front = sorted((r for r in results if r["realisable"] is True), key=lambda r: r["attn_gflop"])
+    sign = -1.0 if metric == "nll" else 1.0  # lower NLL is better
     best, xs, ys = -float("inf"), [], []
     for r in front:
-        if r[metric] > best:
-            best = r[metric]
+        if sign * r[metric] > best:
+            best = sign * r[metric]
             xs.append(r["attn_gflop"])
             ys.append(r[metric])
     ax.plot(xs, ys, "--", color="C0", lw=1, label="realisable front")
     _labels(ax, labelled, metric)
     ax.axhline(results[0][metric], color="0.3", lw=0.8, ls=":", label=f"dense ({results[0][metric]:.3f})")
+    for r in results:
+        if r["pattern"] == "bm25" and metric in r:
+            ax.axhline(r[metric], color="C3", lw=0.8, ls="-.", label=f"BM25, no model ({r[metric]:.3f})")
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     ax.xaxis.set_minor_formatter(ticker.FormatStrFormatter("%g"))
     ax.set_xlabel("attention GFLOPs (data-dependent rows: + dense scores)")
     ax.set_ylabel(f"{metric} (bars: paired 95 % CI of the difference from dense)")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower right")
 
 
 def _labels(ax, labelled, metric) -> None:
     """Realisable patterns labelled beside their points; the dense row and the data-dependent ones, which
-    crowd together near dense cost, listed in a column in the empty lower right, each joined to its point.
+    crowd together near dense cost, listed in a column in the lower middle, each joined to its point.
     """
     column = []
     for rows, color, crowded in labelled:
@@ -246,13 +272,13 @@ def _labels(ax, labelled, metric) -> None:
     gap = min(0.05, 0.4 / max(len(column), 1))
     for k, (r, color) in enumerate(sorted(column, key=lambda rc: -rc[0][metric])):  # top to bottom: no crossings
         ax.annotate(r["pattern"] + (" (dense)" if r["pattern"] == "full" else ""), (r["attn_gflop"], r[metric]),
-                    xytext=(0.55, 0.45 - k * gap), textcoords="axes fraction", fontsize=6, color=color, va="center",
+                    xytext=(0.22, 0.62 - k * gap), textcoords="axes fraction", fontsize=6, color=color, va="center",
                     arrowprops=dict(arrowstyle="-", color=color, lw=0.4, alpha=0.6, shrinkA=1, shrinkB=3))
 
 
 def _drift_panel(ax, results) -> None:
     per_layer = getattr(results, "per_layer", None) or []
-    names = [r["pattern"] for r in results[1:] if r["realisable"]]
+    names = [r["pattern"] for r in results[1:] if r.get("realisable") is True]
     for k, name in enumerate(names):
         rows = [r for r in per_layer if r["pattern"] == name]
         ax.plot([r["layer"] for r in rows], [r["out_err"] for r in rows], "o-", color=f"C{k % 10}", label=name)
@@ -289,7 +315,7 @@ def sweep_figure(results, meta: dict):
         xs, rs = zip(*groups[group])
         y = [r[metric] for r in rs]
         axes[0].plot(xs, y, "o--" if group == "topk" else "o-", color=f"C{k}",
-                     label=group + (" (oracle, not a saving)" if group == "topk" else ""))
+                     label=group + (" (needs dense scores: not a saving)" if group == "topk" else ""))
         if f"{metric}_lo" in rs[0]:
             axes[0].fill_between(xs, [dense + r[f"{metric}_lo"] for r in rs], [dense + r[f"{metric}_hi"] for r in rs],
                                  color=f"C{k}", alpha=0.15)

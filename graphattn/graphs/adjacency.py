@@ -33,6 +33,11 @@ def _sparse_to_edge_index(adj) -> tuple[Tensor, Tensor | None]:
     if isinstance(adj, Tensor):
         from torch_geometric.utils import to_edge_index as pyg_to_edge_index
 
+        if adj.layout == torch.sparse_coo and not adj.is_coalesced():
+            # PyG marks the caller's tensor coalesced in place (adj._coalesced_(True)), which reads an entry
+            # stored twice as two edges and leaves the caller's tensor lying about itself (a later
+            # .coalesce() keeps the duplicate). A coalesced copy sums duplicates, as torch.sparse defines.
+            adj = adj.coalesce()  # a new tensor; the caller's is left as it was
         indices, values = pyg_to_edge_index(adj)  # (2, E) rows = targets, (E, ...) values
     else:  # torch_sparse.SparseTensor
         row, col, values = adj.coo()

@@ -14,6 +14,18 @@ from graphattn.validate import as_int, check_int, check_tensor, message
 __all__ = ["batch_sequences", "padded_to_nodes", "nodes_to_padded"]
 
 
+def _length_tensor(lengths) -> Tensor:
+    """``lengths`` as a LongTensor (B,) on the CPU, checked; a Tensor without a Python loop over its entries."""
+    if isinstance(lengths, Tensor) and lengths.dim() == 1 and not (
+            lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool):
+        counts = lengths.detach().long().cpu()  # (B,)
+        if counts.numel() and (int(counts.min()) < 0 or int(counts.sum()) > MAX_LENGTH):
+            raise ValueError(message("lengths", f"non-negative ints, {MAX_LENGTH} nodes at most in all",
+                                     f"a minimum of {int(counts.min())} and {int(counts.sum())} nodes"))
+        return counts
+    return torch.tensor(_check_lengths(lengths), dtype=torch.long)  # (B,)
+
+
 def _check_lengths(lengths) -> list[int]:
     if isinstance(lengths, Tensor):
         lengths = lengths.tolist()
@@ -63,20 +75,27 @@ def batch_sequences(lengths: Sequence[int] | Tensor, pattern=None) -> tuple[Tens
     >>> batch
     tensor([0, 0, 1])
     """
-    lengths = _check_lengths(lengths)
+    counts = _length_tensor(lengths)  # (B,)
     pattern = full() if pattern is None else pattern
     if not is_pattern(pattern):
         raise TypeError(message("pattern", "a graphattn.patterns.Pattern, e.g. patterns.causal()", pattern))
-    counts = torch.tensor(lengths, dtype=torch.long)  # (B,)
-    offsets = torch.cumsum(counts, 0) - counts  # (B,)
-    cache: dict[int, Tensor] = {}
-    parts = []
-    for n, offset in zip(lengths, offsets.tolist()):
-        if n not in cache:
-            cache[n] = pattern.edge_index(n)  # (2, E_b)
-        parts.append(cache[n] + offset)
-    edge_index = torch.cat(parts, dim=1) if parts else torch.empty(2, 0, dtype=torch.long)  # (2, E)
-    batch = torch.repeat_interleave(torch.arange(len(lengths)), counts)  # (N,)
+    offsets = torch.cumsum(counts, 0) - counts  # (B,) first node of each sequence
+    # One pattern.edge_index(n) per distinct length n (the Python loop runs over sizes, never over the B
+    # sequences, so empty ones cost nothing); sequence b's E_n edges, shifted by its first node, fill
+    # positions edge_starts[b] .. edge_starts[b] + E_n - 1 of the output: sequence order, each sorted.
+    sizes = torch.unique(counts[counts > 0]).tolist()
+    local = {n: pattern.edge_index(n) for n in sizes}  # n -> (2, E_n)
+    per_seq = torch.zeros_like(counts)  # (B,) edges of each sequence
+    for n in sizes:
+        per_seq[counts == n] = local[n].size(1)
+    edge_starts = torch.cumsum(per_seq, 0) - per_seq  # (B,)
+    edge_index = torch.empty(2, int(per_seq.sum()), dtype=torch.long)  # (2, E)
+    for n in sizes:
+        seqs = (counts == n).nonzero().squeeze(1)  # (G,) the sequences of length n
+        edges = local[n]  # (2, E_n)
+        slots = edge_starts[seqs, None] + torch.arange(edges.size(1))  # (G, E_n) output positions
+        edge_index[:, slots.reshape(-1)] = (edges[:, None, :] + offsets[seqs, None]).reshape(2, -1)  # (2, G*E_n)
+    batch = torch.repeat_interleave(torch.arange(counts.numel()), counts)  # (N,)
     return edge_index, batch
 
 

@@ -192,7 +192,11 @@ def sparsity(model: nn.Module, spec, observe=None):
     spec : Pattern or callable
         A :class:`graphattn.patterns.Pattern`, applied in every layer to each
         sequence's own token positions (padding skipped, so left and right
-        padding give the same result); or ``spec(layer, query, key, mask)``
+        padding give the same result; with a KV cache, ``generate(use_cache=True)``
+        or a call on ``past_key_values``, the L new queries are the last L of the
+        S tokens and get the pattern's rows for those positions, the tokens of
+        the uncached run; a pattern with random draws is then refused, since
+        its edges depend on the length); or ``spec(layer, query, key, mask)``
         called per layer with ``layer`` (int, from 0), ``query (B, H, L, D)``,
         ``key (B, H, S, D)`` and the layer's graph as ``mask (B, L, S)`` bool
         (padding excluded), returning None (keep the graph), a Pattern, or a

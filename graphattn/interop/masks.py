@@ -40,6 +40,7 @@ from torch import Tensor
 from graphattn.cache import ContentCache
 from graphattn.graphs import dense_to_edge_weights, edge_index_to_mask, edge_weights_to_dense, mask_to_edge_index
 from graphattn.patterns import is_pattern
+from graphattn.validate import message
 
 __all__ = ["BatchGraph", "graph_from_mask", "base_graph", "sparse_graph", "note_padding", "clear_cache"]
 
@@ -91,10 +92,13 @@ class BatchGraph:
 
 
 def graph_from_mask(allowed: Tensor, bias: Tensor | None, valid: Tensor | None = None) -> BatchGraph:
-    """Edges of ``allowed (B, Hm, L, S)``; ``valid (B, S)`` (L == S) removes the padding nodes' edges."""
+    """Edges of ``allowed (B, Hm, L, S)``; ``valid (B, S)`` (self-attention, L <= S: the queries are the last L
+    keys, as with a KV cache) removes the padding nodes' edges.
+    """
     num_b, num_m, num_q, num_k = allowed.shape
     if valid is not None:  # a padding token is an absent node: no edge in either direction
-        allowed = allowed & (valid[:, None, :, None] & valid[:, None, None, :])  # (B, Hm, L, S)
+        queries = valid[:, num_k - num_q:]  # (B, L): query i is key position S - L + i
+        allowed = allowed & (queries[:, None, :, None] & valid[:, None, None, :])  # (B, Hm, L, S)
     union = allowed.any(dim=1)  # (B, L, S)
     rows = mask_to_edge_index(union.reshape(num_b * num_q, num_k))  # (2, E): (j, b*L + i), sorted by (b, i, j)
     edge_index = torch.stack([rows[1] // num_q * num_k + rows[0], rows[1]])  # (2, E): (b*S + j, b*L + i)
@@ -154,7 +158,8 @@ def base_graph(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int
     if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[-2:] != (num_q, num_k)):
         raise ValueError(f"Expected 'attention_mask' to have shape (B, 1 or H, {num_q}, {num_k}) "
                          f"(got {tuple(attention_mask.shape)})")
-    valid = _padding_of(attention_mask) if attention_mask is not None and self_attention and num_q == num_k else None
+    cached = self_attention and num_q <= num_k  # L < S: the last L of S tokens (a KV cache)
+    valid = _padding_of(attention_mask) if attention_mask is not None and cached else None
     key = (num_b, num_q, num_k, causal, str(device), self_attention,
            None if attention_mask is None else (tuple(attention_mask.shape), attention_mask.dtype))
     tensors = tuple(t for t in (attention_mask, valid) if t is not None)
@@ -181,14 +186,31 @@ def _build(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, ca
 
 
 def pattern_mask(pattern, graph: BatchGraph) -> Tensor:
-    """``pattern`` in each sequence's own token positions (padding skipped), as a (B, 1, L, S) mask."""
+    """``pattern`` in each sequence's own token positions (padding skipped), as a (B, 1, L, S) mask.
+
+    With L < S (a KV cache: ``generate(use_cache=True)``, a call on
+    ``past_key_values``) the queries are the last L of the S tokens, so query i
+    takes the pattern's row for key position S - L + i: the rows the same tokens
+    get without the cache. The cache must hold every earlier token of the sequence.
+    """
     if pattern in graph.derived:
         return graph.derived[pattern]
     num_b, num_q, num_k = graph.shape
-    if num_q != num_k:
-        raise NotImplementedError(f"A Pattern needs self-attention, L == S (got L={num_q}, S={num_k})")
+    if num_q > num_k:
+        raise NotImplementedError(message("the attention", "self-attention whose L queries are the last L of its "
+                                          "S keys (L <= S; with a KV cache L < S) for a Pattern",
+                                          f"L={num_q}, S={num_k}"))
     device = graph.allowed.device
     valid = graph.valid if graph.valid is not None else torch.ones(num_b, num_k, dtype=torch.bool, device=device)
+    if num_q < num_k:
+        if _depends_on_length(pattern):  # a cached key was computed under the draw for a shorter sequence
+            raise NotImplementedError(message(
+                "spec", "a pattern whose rows do not depend on the sequence length, with a KV cache",
+                f"{pattern.name}: its draws depend on (L, S), so the cached keys saw other edges than the same "
+                "tokens without the cache", "generate with use_cache=False"))
+        out = _cached_rows(pattern, valid, num_q)  # (B, 1, L, S)
+        graph.derived[pattern] = out
+        return out
     built: dict[int, Tensor] = {}
     parts = [torch.empty(2, 0, dtype=torch.long, device=device)]
     for b in range(num_b):
@@ -201,6 +223,34 @@ def pattern_mask(pattern, graph: BatchGraph) -> Tensor:
     rows = torch.cat(parts, dim=1)  # (2, E)
     out = edge_index_to_mask(rows, (num_k, num_b * num_q)).view(num_b, 1, num_q, num_k)  # (B, 1, L, S)
     graph.derived[pattern] = out
+    return out
+
+
+def _depends_on_length(pattern) -> bool:
+    """Whether the pattern's edges depend on (L, S) (random draws): a ``_Sized`` pattern or a mix holding one."""
+    from graphattn.patterns.base import _Bound, _Composite, _Sized  # the one place that knows (checked here)
+
+    if isinstance(pattern, _Composite):
+        return any(_depends_on_length(p) for p in pattern.parts)
+    return isinstance(pattern, (_Sized, _Bound))
+
+
+def _cached_rows(pattern, valid: Tensor, num_q: int) -> Tensor:
+    """The pattern rows of the last ``num_q`` key positions of each sequence, from its rule (O(L S), never the
+    n x n edges): ``valid (B, S)`` -> (B, 1, L, S).
+    """
+    num_b, num_k = valid.shape
+    out = torch.zeros(num_b, 1, num_q, num_k, dtype=torch.bool, device=valid.device)  # (B, 1, L, S)
+    for b in range(num_b):
+        tokens = valid[b].nonzero().squeeze(1)  # (n,) padded position of each of the sequence's n tokens
+        n = tokens.numel()
+        if n == 0:
+            continue
+        q_tok = valid[b].cumsum(0)[num_k - num_q:] - 1  # (L,) token id of query i (key position S - L + i)
+        q_real = valid[b, num_k - num_q:]  # (L,) padding queries are absent nodes
+        kv_tok = torch.arange(n, device=valid.device)  # (n,)
+        rows = pattern.bind(n, n).mask_mod(None, None, q_tok.clamp(min=0)[:, None], kv_tok[None, :])  # (L, n)
+        out[b, 0][:, tokens] = rows.expand(num_q, n) & q_real[:, None]  # (L, n) into the padded key positions
     return out
 
 

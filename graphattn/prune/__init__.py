@@ -6,9 +6,13 @@ The experiment, a module per concept:
   documentation, or a user's file);
 - :mod:`graphattn.prune.keep`: :class:`Spec`, what a spec keeps per layer and head;
 - :mod:`graphattn.prune.specs`: short pattern specs (``window:8``,
-  ``topk:16``, ``window:4|global:0``) and what each keeps per layer and head;
-- :mod:`graphattn.prune.tasks`: labelled retrieval tasks (topic titles, first
-  sentences), scored with ranx, paired bootstrap intervals;
+  ``topk:16``, ``window:4|global:0``; the fixed ones from
+  :func:`graphattn.patterns.from_spec`), roles, scopes, checked against the model;
+- :mod:`graphattn.prune.tasks`: labelled retrieval tasks (first sentences,
+  topic titles), their construction, scored with ranx; BM25; paired bootstrap intervals;
+- :mod:`graphattn.prune.stats`: paired sign-flip p-values, Holm-Bonferroni;
+- :mod:`graphattn.prune.scoring`: a row's metrics against the reference, the spread over seeds, the BM25 row;
+- :mod:`graphattn.prune.costs`: peak memory per row, the timed eager and SDPA passes;
 - :mod:`graphattn.prune.metrics`: attention mass, output error, retrieval fidelity, FLOPs;
 - :mod:`graphattn.prune.models`: any local encoder or causal LM, its limits, the forward loop;
 - :mod:`graphattn.prune.accounting`: per-layer accounting of a run (the sparsity callable and observer);
@@ -20,7 +24,7 @@ The experiment, a module per concept:
 Nothing heavy (transformers, pandas, matplotlib) is imported until a function needs it.
 """
 
-from graphattn.prune import corpus, keep, metrics, models, specs, sweep, tasks
+from graphattn.prune import corpus, costs, keep, metrics, models, scoring, specs, stats, sweep, tasks
 from graphattn.prune.corpus import DEFAULT_LIMIT
 from graphattn.prune.models import load_model
 from graphattn.prune.report import SELF_CHECK_TOL, TABLE_COLUMNS, format_table, self_check, write_outputs
@@ -28,6 +32,6 @@ from graphattn.prune.run import Results, run_experiment
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, Spec, as_spec, parse_spec
 from graphattn.prune.tasks import Task, make_task
 
-__all__ = ["corpus", "keep", "metrics", "models", "specs", "sweep", "tasks", "run_experiment", "Results", "load_model",
+__all__ = ["corpus", "costs", "keep", "metrics", "models", "scoring", "specs", "stats", "sweep", "tasks", "run_experiment", "Results", "load_model",
            "self_check", "format_table", "write_outputs", "parse_spec", "as_spec", "Spec", "Task", "make_task",
            "SPEC_HELP", "DEFAULT_PATTERNS", "DEFAULT_LIMIT", "SELF_CHECK_TOL", "TABLE_COLUMNS"]

@@ -14,7 +14,8 @@ whole batch:
    (on-policy): the attention mass on the kept edges, ``-log`` of it
    (``neg_log_mass``, what ``KL(sparse || dense)`` equals exactly), the
    relative error of the layer's attention output, kept edges and FLOPs.
-   ``attn_s`` is the time from 1) to 3): selection, graph building, attention.
+   ``attn_s`` is the time from 1) to 3): selection, graph building, attention;
+   ``observe_s`` the time 3) itself takes, which the row's forward time leaves out.
 
 The dense row's run also carries *teacher-forced* accounting for every other
 row (``forced``): the mass each spec would keep of the dense model's own
@@ -49,7 +50,7 @@ class LayerRun:
         self.mass, self.nlm, self.queries, self.empty = z(), z(), z(), z()
         self.err2, self.ref2, self.kept, self.dense = z(), z(), z(), z()
         self.forced_mass = [z() for _ in self.forced]
-        self.attn_s, self.flops, self.select_flops = 0.0, 0, 0
+        self.attn_s, self.observe_s, self.flops, self.select_flops = 0.0, 0.0, 0, 0
 
     @torch.no_grad()
     def select(self, layer: int, query: Tensor, key: Tensor, mask: Tensor):
@@ -67,7 +68,14 @@ class LayerRun:
     @torch.no_grad()
     def observe(self, layer: int, query: Tensor, key: Tensor, value: Tensor, graph, out: Tensor, alpha: Tensor):
         """3) local metrics of the layer against dense attention on the same inputs."""
-        self.attn_s += time.perf_counter() - self.started
+        entered = time.perf_counter()
+        self.attn_s += entered - self.started
+        try:
+            self._observe(query, key, value, graph, out)
+        finally:
+            self.observe_s += time.perf_counter() - entered
+
+    def _observe(self, query: Tensor, key: Tensor, value: Tensor, graph, out: Tensor):
         at, valid = self.layer, self.valid
         y = out.transpose(1, 2)  # (B, L, H, D) -> (B, H, L, D)
         keep = graph.allowed.expand(y.shape[0], y.shape[1], *graph.allowed.shape[2:])  # (B, H, L, S)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["DEFAULT_LIMIT", "CHARS_PER_TOKEN", "MIN_WORDS", "MIN_LINE_WORDS", "pydoc_paragraphs", "chunk_text",
+__all__ = ["DEFAULT_LIMIT", "CHARS_PER_TOKEN", "MIN_WORDS", "MIN_LINE_WORDS", "pydoc_paragraphs", "chunk_text", "cut",
            "pydoc_chunks", "pydoc_passages", "read_passages", "select_evenly", "clean_passages", "sentences"]
 
 DEFAULT_LIMIT = 48  # passages ``graphattn prune`` samples by default
@@ -127,6 +127,21 @@ def chunk_text(sentences: list[str], tokenizer, max_length: int) -> list[str]:
         chunks.append(" ".join(current))
     # guard the additivity assumption for tokenizers that merge across spaces
     return [c for c, n in zip(chunks, _count(tokenizer, chunks)) if n <= max_length]
+
+
+def cut(texts: list[str], max_length: int) -> list[str]:
+    """Each text cut to ``CHARS_PER_TOKEN * max_length`` characters, so that nothing tokenizes a huge text whole.
+
+    The tokenizer truncates to ``max_length`` tokens afterwards; a token is far shorter than
+    ``CHARS_PER_TOKEN`` characters, so the cut never changes the tokens kept.
+
+    Examples
+    --------
+    >>> [len(t) for t in cut(["a" * 1000, "b"], max_length=8)]
+    [160, 1]
+    """
+    cap = CHARS_PER_TOKEN * max_length
+    return [t[:cap] for t in texts]
 
 
 def select_evenly(items: list, limit: int | None) -> list:

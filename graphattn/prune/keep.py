@@ -95,9 +95,15 @@ class Spec:
         """The fixed pattern's mask on n tokens, (n, n) bool (cached)."""
         if n not in self._masks:
             mask = self.pattern.mask(n) if self.pattern is not None else self.mask_fn(n)  # (n, n)
-            if not (isinstance(mask, Tensor) and mask.dtype == torch.bool and mask.shape == (n, n)):
-                raise TypeError(f"Expected the pattern function of spec {self.name!r} to return a bool mask of "
-                                f"shape ({n}, {n}), True = may attend (got {getattr(mask, 'shape', type(mask))})")
+            if not isinstance(mask, Tensor):
+                raise TypeError(f"Expected the pattern function of spec {self.name!r} to return a bool Tensor "
+                                f"of shape ({n}, {n}), True = may attend (got {type(mask).__name__})")
+            if mask.dtype != torch.bool:
+                raise TypeError(f"Expected the pattern function of spec {self.name!r} to return a bool mask, "
+                                f"True = may attend (got dtype {mask.dtype}; use mask > 0 or mask.bool())")
+            if mask.shape != (n, n):
+                raise ValueError(f"Expected the pattern function of spec {self.name!r} to return shape ({n}, {n}) "
+                                 f"for {n} tokens (got {tuple(mask.shape)})")
             self._masks[n] = mask
         return self._masks[n]
 

@@ -24,6 +24,7 @@ import re
 import torch
 from torch import Tensor
 
+from graphattn.prune import corpus
 from graphattn.validate import check_int
 
 __all__ = ["IMPLEMENTATION", "POOLINGS", "load_model", "model_config", "model_path", "check_max_length",
@@ -188,6 +189,7 @@ def encode(model, tokenizer, texts: list[str], max_length: int, batch_size: int 
         Mean over each text's next-token predictions of ``-log p`` in nats
         (None unless the model returns ``logits``); a text of one token gets NaN.
     """
+    texts = corpus.cut(texts, max_length)  # never tokenize a long text whole
     ids = tokenizer(texts, truncation=True, max_length=max_length, verbose=False)["input_ids"]
     lengths = [len(row) for row in ids]
     order = sorted(range(len(texts)), key=lambda i: lengths[i])

@@ -11,14 +11,19 @@ Per layer the run is accounted by :class:`graphattn.prune.accounting.LayerRun`.
 Rows: the dense graph first (the model's own graph through graph attention:
 a self-check that it reproduces eager), then each spec; each fixed pattern is
 followed by ``oracle(<pattern>)``, top-k of the dense weights with the
-pattern's own per-query budget (the same number of edges, query by query).
+pattern's own per-query budget (the same number of edges, query by query);
+for a task with queries, a last ``bm25`` row (the lexical baseline).
 
 Columns (per row):
 
-- task (headline): ``R@1``, ``MRR``, ``nDCG@10`` (ranx, mean over queries),
-  each with ``<m>_delta`` (row minus the eager reference) and its paired
-  bootstrap 95 % interval ``<m>_lo``, ``<m>_hi``; for a causal LM ``nll``
-  (mean next-token NLL over documents, nats) with ``nll_delta``, ``nll_lo``, ``nll_hi``;
+- task (headline; :mod:`graphattn.prune.scoring`): for a causal LM ``nll``
+  first (mean next-token NLL over documents, nats), then ``R@1``, ``MRR``,
+  ``nDCG@10`` (ranx, mean over queries); each with ``<m>_delta`` (row minus
+  the eager reference), its paired bootstrap 95 % interval ``<m>_lo``,
+  ``<m>_hi``, the paired sign-flip p-value ``<m>_p``, the number of changed
+  queries ``<m>_changed`` and the Holm-Bonferroni ``<m>_p_holm`` across the
+  table; rows with a random draw add ``<m>_seed_mean``, ``<m>_seed_sd`` over
+  ``seeds`` draws and ``seed_runs``;
 - fidelity to dense (secondary): ``cos_mean``, ``cos_min`` of the document
   embeddings, ``spearman`` and ``top1`` (tie-robust) retrieval fidelity;
 - attention: ``density``, ``keys_per_query``, ``mass`` (on-policy: dense weights
@@ -28,21 +33,24 @@ Columns (per row):
 - cost: ``attn_gflop`` (attention on the kept edges, 4 D per (edge, head),
   plus for data-dependent rows the dense scores they select from, 2 D per
   edge of the model's graph), ``attn_s`` (seconds from the selection to the
-  attention output, summed over layers and batches), ``realisable`` (False
-  for top-k, threshold and oracle rows: they need the dense scores, so they
-  are bounds, not savings), ``cost_note``, ``wall_s``.
+  attention output, summed over layers and batches), ``fwd_s`` (the forward
+  passes over all texts, less the time the accounting observer takes),
+  ``fwd_x_sdpa`` (``fwd_s`` over the same passes under ``"sdpa"``, in
+  ``meta["reference_runs"]`` with ``"eager"``), ``peak_mib`` (extra memory
+  at the row's peak, :class:`graphattn.prune.costs.PeakMemory`),
+  ``realisable`` (False for top-k, threshold and oracle rows: they need every
+  dense score first, so they are bounds, not savings), ``cost_note``, ``wall_s``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 
-import torch
-
-from graphattn.prune import metrics, models, tasks
+from graphattn.prune import costs, models, scoring, tasks
 from graphattn.prune.accounting import LayerRun
-from graphattn.prune.specs import Spec, as_spec, parse_spec
+from graphattn.prune.specs import Spec, as_spec, check_spec, parse_spec, reseed
 from graphattn.validate import check_choice, check_int
 
 __all__ = ["Results", "run_experiment"]
@@ -61,6 +69,8 @@ class Results(list):
         ``pattern, layer, density, mass, mass_tf, neg_log_mass, empty, out_err``.
     embeddings : dict of str to ndarray
         ``{pattern: (Q + N, F)}`` query then document embeddings, when requested.
+    task : Task or None
+        The queries, documents (as the model saw them) and relevance labels.
     meta : dict
         The task, its sizes, hash and what hygiene dropped, seeds, the arguments.
     """
@@ -68,7 +78,7 @@ class Results(list):
     def __init__(self, rows=(), **tables):
         super().__init__(rows)
         self.per_query, self.per_passage, self.per_layer = [], [], []
-        self.embeddings, self.meta = {}, {}
+        self.embeddings, self.meta, self.task = {}, {}, None
         for key, value in tables.items():
             setattr(self, key, value)
 
@@ -98,7 +108,7 @@ def _rows(specs: list[Spec]) -> list[tuple[Spec, Spec | None]]:
 def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task | None = None, model=None,
                    tokenizer=None, max_length: int = 128, batch_size: int = 16, oracle: bool = True,
                    progress: bool = True, pooling: str = "mean", seed: int = 0, resamples: int = 2000,
-                   keep_embeddings: bool = False) -> Results:
+                   keep_embeddings: bool = False, seeds: int = 3, baselines: bool = True) -> Results:
     """Run dense and every pattern over a task's queries and documents; one result dict per row.
 
     Parameters
@@ -115,7 +125,9 @@ def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task
         The reference runs ``"eager"``, the rows ``"graphattn"``; the
         implementation it had is restored afterwards.
     max_length : int, default 128
-        Most tokens per text; at most the model's position embeddings.
+        Most tokens per text; at most the model's position embeddings. Texts
+        are cut to ``CHARS_PER_TOKEN * max_length`` characters before anything
+        tokenizes them.
     batch_size : int, default 16
     oracle : bool, default True
         Add ``oracle(<pattern>)`` after each fixed pattern.
@@ -123,11 +135,18 @@ def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task
         A tqdm bar on stderr, one step per batch.
     pooling : {"mean", "cls"}, default "mean"
     seed : int, default 0
-        Of the bootstrap.
+        Of the bootstrap and the Monte Carlo sign flips.
     resamples : int, default 2000
         Bootstrap resamples per interval.
     keep_embeddings : bool, default False
         Keep every row's embeddings in ``results.embeddings``.
+    seeds : int, default 3
+        Rows with a random draw (``random``, ``bigbird``) run again with their
+        seed moved by 1 .. seeds - 1; the row reports the mean and spread of
+        its headline metric over the seeds (1: no repeat).
+    baselines : bool, default True
+        Time the same forward passes under ``"sdpa"`` (``"eager"`` is timed as
+        the reference) and add a BM25 row for a task with queries.
 
     Returns
     -------
@@ -138,56 +157,87 @@ def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task
     Raises
     ------
     ValueError
-        For a bad spec, fewer than 3 documents, ``max_length`` outside [8, the
-        model's position embeddings], ``batch_size`` < 1 or an unknown pooling.
+        For a bad spec or one scoped outside the model's layers or heads, fewer
+        than 3 documents, ``max_length`` outside [8, the model's position
+        embeddings], ``batch_size`` < 1, ``seeds`` < 1 or an unknown pooling.
     """
     from tqdm.auto import tqdm
 
     from graphattn.interop import hf
 
     specs = [as_spec(s) for s in specs]
+    check_int("max_length", max_length, low=8)
+    check_int("seeds", seeds, low=1)
     if task is None:
         if passages is None:
             raise ValueError("Expected 'passages' or 'task' (got neither)")
-        task = tasks.Task("none", [], tasks.corpus.clean_passages(list(passages), 1)[0], [])
+        cut = tasks.corpus.cut(list(passages), max_length)  # before anything tokenizes a long passage
+        documents = tasks.corpus.clean_passages(cut, 1)[0]
+        task = tasks.Task("none", [], documents, [], {}, f"none: {len(documents)} documents; fidelity only")
+    else:  # the texts the model sees: cut before tokenizing, so the files written hold exactly them
+        task = dataclasses.replace(task, queries=tasks.corpus.cut(task.queries, max_length),
+                                   documents=tasks.corpus.cut(task.documents, max_length))
     if len(task.documents) < 3:
         raise ValueError(f"Expected at least 3 passages (got {len(task.documents)})")
-    check_int("max_length", max_length, low=8)
     check_int("batch_size", batch_size, low=1)
     check_choice("pooling", pooling, models.POOLINGS)
     if model is None or tokenizer is None:
         model, tokenizer = models.load_model()
     models.check_max_length(model, max_length)
+    num_layers, num_heads = int(model.config.num_hidden_layers), int(model.config.num_attention_heads)
+    for s in specs:
+        check_spec(s, num_layers, num_heads)
     rows = [r for r in _rows(specs) if oracle or r[1] is None]
+    repeats = {spec.name: [reseed(spec, k) for k in range(1, seeds)] for spec, _ in rows if reseed(spec, 1)}
     texts = task.queries + task.documents
-    num_layers = int(model.config.num_hidden_layers)
     batches = -(-len(texts) // batch_size)
-    bar = tqdm(total=(len(rows) + 1) * batches, desc="reference (eager)", unit="batch", disable=not progress)
+    runs = len(rows) + 1 + baselines + sum(map(len, repeats.values()))
+    bar = tqdm(total=runs * batches, desc="reference (eager)", unit="batch", disable=not progress)
 
     def encode():
         return models.encode(model, tokenizer, texts, max_length, batch_size, pooling, step=bar.update)
 
-    with models.attention_implementation(model, "eager"):
-        reference = encode()
-    results = Results(meta=_meta(task, tokenizer, texts, max_length, pooling, seed, resamples, model))
+    with models.attention_implementation(model, "eager"):  # warm-up, untimed: first calls pay for lazy setup
+        models.encode(model, tokenizer, texts[:batch_size], max_length, batch_size, pooling)
+    *reference, eager_s, eager_mib = costs.timed_encode(model, tokenizer, texts, max_length, batch_size, pooling,
+                                                        "eager", bar.update)
+    results = Results(meta=_meta(task, tokenizer, texts, max_length, pooling, seed, resamples, model), task=task)
+    results.meta["reference_runs"] = {"eager": {"forward_s": eager_s, "peak_mib": eager_mib}}
+    if baselines:
+        bar.set_description("sdpa (timed)")
+        *_, sdpa_s, sdpa_mib = costs.timed_encode(model, tokenizer, texts, max_length, batch_size, pooling, "sdpa",
+                                                  bar.update)
+        results.meta["reference_runs"]["sdpa"] = {"forward_s": sdpa_s, "peak_mib": sdpa_mib}
     forced, tf = [spec for spec, _ in rows[1:]], []
     with models.attention_implementation(model, models.IMPLEMENTATION):
         for spec, budget_of in rows:
             bar.set_description(spec.name)
             run = LayerRun(spec, num_layers, forced if spec is rows[0][0] else None)
-            t0 = time.perf_counter()
-            with hf.sparsity(model, run.select, observe=run.observe):
-                emb, nll = encode()
+            with costs.PeakMemory(model.device) as peak:
+                t0 = time.perf_counter()
+                with hf.sparsity(model, run.select, observe=run.observe):
+                    emb, nll = encode()
+                wall = time.perf_counter() - t0
             if run.forced:
                 tf = run.forced_per_layer()
-            results.append(_row(spec, budget_of, run, time.perf_counter() - t0))
-            _score(results, task, (emb, nll), reference, seed, resamples)
+            results.append(_row(spec, budget_of, run, wall, peak.mib))
+            scoring.score(results, task, (emb, nll), reference, seed, resamples)
             results.per_layer += [dict(pattern=spec.name, **r) for r in run.per_layer()]
             if keep_embeddings:
                 results.embeddings[spec.name] = emb.numpy()
+            again = []
+            for other in repeats.get(spec.name, []):  # the same row with other draws: no accounting, no observer
+                bar.set_description(other.name)
+                with hf.sparsity(model, LayerRun(other, num_layers).select):
+                    again.append((other.name, encode()))
+            scoring.over_seeds(results, task, again, reference)
     bar.close()
+    results.meta["peak_memory"] = peak.how
     _forced(results, tf, num_layers)
     _costs(results)
+    scoring.holm_adjust(results)
+    if baselines and task.queries:
+        scoring.bm25_row(results, task, seed, resamples)
     if keep_embeddings:
         results.embeddings["reference"] = reference[0].numpy()
     return results
@@ -197,53 +247,20 @@ def _meta(task, tokenizer, texts, max_length, pooling, seed, resamples, model) -
     lengths = [len(ids) for ids in tokenizer(task.documents, truncation=True, max_length=max_length,
                                              verbose=False)["input_ids"]]
     digest = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()[:16]
-    return {"task": task.name, "queries": len(task.queries), "documents": len(task.documents),
-            "dropped": dict(task.dropped), "corpus_sha256_16": digest, "max_length": max_length,
-            "doc_tokens_mean": sum(lengths) / len(lengths), "doc_tokens_max": max(lengths),
+    return {"task": task.name, "construction": task.construction, "queries": len(task.queries),
+            "documents": len(task.documents), "dropped": dict(task.dropped), "corpus_sha256_16": digest,
+            "max_length": max_length, "doc_tokens_mean": sum(lengths) / len(lengths), "doc_tokens_max": max(lengths),
             "pooling": pooling, "bootstrap_seed": seed, "bootstrap_resamples": resamples,
             "causal": models.is_causal(model), "model_class": type(model).__name__}
 
 
-def _row(spec: Spec, budget_of: Spec | None, run: LayerRun, wall: float) -> dict:
+def _row(spec: Spec, budget_of: Spec | None, run: LayerRun, wall: float, peak_mib) -> dict:
     row = {"pattern": spec.name, "family": spec.family, "spec": spec.text,
            "budget_of": budget_of.name if budget_of is not None else "", "realisable": not spec.data_dependent}
     row.update(run.summary())
     row.update(attn_gflop=(run.flops + run.select_flops) / 1e9, select_gflop=run.select_flops / 1e9,
-               attn_s=run.attn_s, wall_s=wall)
+               attn_s=run.attn_s, fwd_s=wall - run.observe_s, wall_s=wall, peak_mib=peak_mib)
     return row
-
-
-def _score(results: Results, task, current, reference, seed: int, resamples: int) -> None:
-    """Task metrics with paired intervals against the reference, fidelity, per-query and per-passage rows."""
-    (emb, nll), (ref, ref_nll) = current, reference
-    row, nq = results[-1], len(task.queries)
-    docs, ref_docs = emb[nq:], ref[nq:]  # (N, F)
-    cos = metrics.cosine_similarity(docs, ref_docs)  # (N,)
-    row["spearman"], row["top1"] = metrics.retrieval_fidelity(ref_docs, docs)
-    row.update(cos_mean=float(cos.mean()), cos_min=float(cos.min()))
-    passage = [{"pattern": row["pattern"], "document": d, "cos": float(c)} for d, c in enumerate(cos)]
-    if nll is not None:
-        row["nll"] = float(nll[nq:].nanmean())
-        row["nll_delta"], row["nll_lo"], row["nll_hi"] = _ci(ref_nll[nq:], nll[nq:], seed, resamples)
-        for p, value in zip(passage, nll[nq:].tolist()):
-            p["nll"] = value
-    results.per_passage += passage
-    if not nq:
-        return
-    if "reference_scores" not in results.meta:
-        results.meta["reference_scores"] = tasks.evaluate(task, ref[:nq], ref_docs)
-    ref_scores, scores = results.meta["reference_scores"], tasks.evaluate(task, emb[:nq], docs)
-    for name, values in scores.items():
-        row[name] = float(values.mean())
-        row[f"{name}_delta"], row[f"{name}_lo"], row[f"{name}_hi"] = _ci(ref_scores[name], values, seed, resamples)
-    results.per_query += [{"pattern": row["pattern"], "query": q, **{m: float(v[q]) for m, v in scores.items()}}
-                          for q in range(nq)]
-
-
-def _ci(reference, values, seed, resamples):
-    reference, values = torch.as_tensor(reference).double().numpy(), torch.as_tensor(values).double().numpy()
-    finite = (reference == reference) & (values == values)  # NaN-free pairs (one-token texts have no NLL)
-    return tasks.paired_ci(reference[finite], values[finite], seed, resamples)
 
 
 def _forced(results: Results, forced: list[list[float]], num_layers: int) -> None:
@@ -258,11 +275,16 @@ def _forced(results: Results, forced: list[list[float]], num_layers: int) -> Non
 
 
 def _costs(results: Results) -> None:
-    """``cost_note``: not a saving (data-dependent), or slower than dense attention."""
+    """``fwd_x_sdpa`` (the row's forward time over SDPA's on the same texts), ``cost_note``: not a saving
+    (data-dependent; needs every dense score first), or slower than dense attention.
+    """
     dense_s = results[0]["attn_s"]
+    sdpa = results.meta["reference_runs"].get("sdpa", {}).get("forward_s")
+    for row in results:
+        row["fwd_x_sdpa"] = row["fwd_s"] / sdpa if sdpa else float("nan")
     for row in results[1:]:
-        notes = [] if row["realisable"] else ["not a saving: selects from the dense scores"]
+        notes = [] if row["realisable"] else ["needs dense scores: selects from every dense score first, not a saving"]
         if row["attn_s"] > dense_s:
-            notes.append(f"slower than dense ({row['attn_s'] / dense_s:.1f}x)")
+            notes.append(f"attention slower than graph dense ({row['attn_s'] / dense_s:.2f}x)")
         row["cost_note"] = "; ".join(notes)
     results[0]["cost_note"] = ""
