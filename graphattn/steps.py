@@ -228,7 +228,8 @@ def graph_lines(st, edge_index: Tensor, decimals: int, max_rows: int = 64, node:
     lines = ["", "As a graph: the same computation on the edge list, one row per edge j -> i",
              f"(row 0 of edge_index = source = key j, row 1 = target = query i; E = {len(rows)} edges;",
              " Z_i = sum of exp(scaled) over the edges into i, alpha = exp(scaled) / Z_i: the softmax per target)",
-             f"    {'j -> i':>8}  {'q.k':>{w}}  {'scaled':>{w}}  {'exp':>{w}}  {'Z_i':>{w}}  {'alpha':>{w}}  alpha * v_j"]
+             f"    {'j -> i':>8}  {'q.k':>{w}}  {'scaled':>{w}}  {'exp':>{w}}  {'Z_i':>{w}}  {'alpha':>{w}}"
+             "  alpha * v_j"]
     shown = [e for e, r in enumerate(rows) if len(rows) <= max_rows or r["j -> i"].endswith(f"-> {node}")]
     for e in shown:
         r, z = rows[e], norm[dst[e]].item()

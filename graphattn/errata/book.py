@@ -110,7 +110,7 @@ def very_negative() -> dict:
     big = s.masked_fill(~keep, -1e9).softmax(-1)  # (L, S)
     inf = s.masked_fill(~keep, float("-inf")).softmax(-1)  # (L, S)
     q = k = v = torch.randn(4, 1, 2, generator=gen, dtype=torch.float64)  # (L, H, D)
-    out, _ = attention(q, k, v, torch.tensor([[0, 1], [0, 0]]))  # (L, H, D) edges 0 -> 0, 1 -> 0: queries 1-3 read nothing
+    out, _ = attention(q, k, v, torch.tensor([[0, 1], [0, 0]]))  # (L, H, D); edges 0 -> 0, 1 -> 0 only
     return row("filling masked scores with a very negative number (-1e9) makes their weights vanish",
                f"only in a row that keeps a key (masked weights {big[0, 2:].max().item():.1f}); a fully masked row "
                f"(a padding query) gets uniform weights {big[1].min().item():.2f} on the masked keys with -1e9 and "
