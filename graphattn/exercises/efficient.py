@@ -72,7 +72,10 @@ def check_online_merge(fn):
         m = s[:, cols].amax(1)  # (L,)
         p = (s[:, cols] - m[:, None]).exp()  # (L, S_b)
         parts += [m, p.sum(1), p @ val[cols]]  # (L,), (L,), (L, D)
-    m, l, o = (as_tensor(t, "fn(...)") for t in fn(*(t.clone() for t in parts)))
+    merged = fn(*(t.clone() for t in parts))
+    if (v := unanswered(merged)) is not None:
+        return v
+    m, l, o = (as_tensor(t, "fn(...)") for t in merged)
     full = s.softmax(1) @ val  # (L, D) full attention
     if close(o / l[:, None], full, 1e-9) and close(m, s.amax(1), 0):
         return verdict(True, "rescale each block's sum and output by exp(m_b - m), then add: full attention.")
