@@ -59,8 +59,9 @@ def pareto(
     -------
     list of matplotlib.lines.Line2D
         One line per family in order of first appearance (label = family, with
-        " (needs dense scores)" for ``needs_dense``, points sorted by ``x``), then the Pareto front (label ``"Pareto front"``):
-        the points no other point beats on both cost and quality.
+        " (needs dense scores)" for ``needs_dense``, points sorted by ``x``),
+        then the Pareto front (label ``"Pareto front"``): the points no other
+        point beats on both cost and quality.
 
     Raises
     ------
