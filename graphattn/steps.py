@@ -11,7 +11,7 @@ normaliser. Part three, "as a graph", recomputes part one on the
 edge list: one row per edge j -> i with q·k, the scaled score, alpha and the
 message alpha·v_j, and one node's incoming messages summed to its output row
 (:func:`edge_messages`, :func:`edge_table`). Part four, the errata (the
-claims of the source text that do not hold, each measured), lives in
+claims of the book that do not hold, each measured), lives in
 :mod:`graphattn.errata`.
 
 The steps, as numbered in :mod:`graphattn.dense` and the first notebook:

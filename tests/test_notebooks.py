@@ -18,7 +18,8 @@ import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-SLOW = {"03_real_model.ipynb", "04_dense_vs_sparse.ipynb"}  # load the pretrained model
+SLOW = {"03_real_model.ipynb", "04_dense_vs_sparse.ipynb",  # load the pretrained model
+        "06_graph_transformers.ipynb", "08_transformer_block.ipynb"}  # train over seeds (tens of seconds)
 REPRODUCED = "02_message_passing.ipynb"  # executed twice and compared
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 PARAMS = [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.name in SLOW else []) for p in PATHS]
