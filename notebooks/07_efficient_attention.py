@@ -204,6 +204,15 @@ timing = pd.DataFrame(rows)
 crossover = timing[timing.sparse_over_dense > 1].density.min()
 print(f"{time.strftime('%Y-%m-%d %H:%M')}, load average {' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())}; "
       f"dense SDPA is faster from density {crossover:.3f} on (this machine, this run)")
+fig, ax = plt.subplots(figsize=(5.5, 3.2), layout="constrained")
+ax.plot(timing.density, timing.dense_ms, marker="o", label="dense SDPA + boolean mask (all L^2 scores)")
+ax.plot(timing.density, timing.sparse_ms, marker="s", label='graph attention on the edges (impl="csr")')
+if crossover == crossover:  # not NaN: sparse lost somewhere
+    ax.axvline(crossover, color="0.5", linestyle=":", label=f"dense wins from {crossover:.2f} (this run)")
+ax.set(xscale="log", yscale="log", xlabel="density (edges / L^2)", ylabel="best of 5, ms",
+       title=f"L = {Lb}, H = {Hb}, D = {Db}, CPU, float32")
+ax.legend(fontsize=7)
+plt.show()
 timing
 
 # %% [markdown]
