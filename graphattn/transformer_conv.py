@@ -135,7 +135,7 @@ class TransformerConv(MessagePassing):
     >>> import torch, graphattn as ga
     >>> conv = ga.TransformerConv(16, 8, heads=2, edge_dim=3)
     >>> conv
-    TransformerConv(16, 8, heads=2, edge_dim=3)
+    TransformerConv(16, 8, heads=2)
     >>> edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
     >>> conv(torch.randn(3, 16), edge_index, torch.randn(3, 3)).shape
     torch.Size([3, 16])
