@@ -127,3 +127,12 @@ def test_example_trains_and_both_models_agree(capsys):
     assert example.main(["--graphs", "40", "--epochs", "2", "--channels", "16"]) == 0
     losses = re.findall(r"final train loss (\d+\.\d+)", capsys.readouterr().out)
     assert len(losses) == 2 and losses[0] == losses[1]
+
+
+def test_gps_conv_compiles_and_equals_stock():
+    stock = gps_model().train()
+    compiled = torch.compile(use_graphattn(copy.deepcopy(stock)), backend="aot_eager")
+    for lengths in ([3, 5, 2], [4, 4, 6, 1]):  # a second batch of other sizes
+        N, edge_index, batch = ragged_graph(lengths)
+        x = torch.randn(N, 8, dtype=torch.float64)
+        assert_close(compiled(x, edge_index, batch), stock(x, edge_index, batch))
