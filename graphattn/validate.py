@@ -42,6 +42,8 @@ def as_int(value) -> int | None:
     """``value`` as a Python int if it is an integer (Python, NumPy or 0-d tensor, not bool), else None."""
     if isinstance(value, bool):
         return None
+    if torch.compiler.is_compiling() and isinstance(value, (int, torch.SymInt)):
+        return value  # a dynamic size stays symbolic (operator.index would specialize it: a recompile per size)
     try:
         return operator.index(value)
     except TypeError:
