@@ -19,7 +19,6 @@ from graphattn.validate import (check_bool, check_choice, check_features, check_
 
 __all__ = ["TransformerConv"]
 
-
 def _finite_edge_terms(edge_attr: Tensor, bias: Tensor) -> bool:
     """Whether the fast path's edge terms are usable: ``edge_attr`` finite and the score bias free of NaN and
     +inf (one host sync). Otherwise the layer runs ``propagate``, which gives what PyG gives (NaN only in the
