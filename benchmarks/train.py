@@ -1,225 +1,217 @@
-"""Whole GNN layers, forward + backward, side by side: graphattn's against PyG's.
+"""PyG's attention layers at their defaults against graphattn's drop-ins, forward + backward, side by side.
 
-    python benchmarks/train.py                 # eager, the three cases at D = 8 and 64 (a few minutes)
-    python benchmarks/train.py --compile --cases sparse --dims 8 --layers ga.TransformerConv,TransformerConv
-    python benchmarks/train.py --cases sparse --dims 8 --repeats 5
+    python benchmarks/train.py                    # every case, D = 8 and 64, eager and compiled (long)
+    python benchmarks/train.py --quick            # a smoke run: small graphs, D = 8, eager, 2 repeats
+    python benchmarks/train.py --cases sparse,sampled --dims 64 --modes compiled
+    python benchmarks/train.py --pairs GATConv --repeats 7
 
-Cases (float32, H = 8 heads of D channels, input width H * D):
+Pairs, each PyG layer at its defaults (``GATConv`` and ``GATv2Conv`` add self-loops) against graphattn's
+layer with the same weights (``from_*``), H = 8 heads of D channels, input width H * D, float32:
 
-- ``sparse``: N = 10 000 nodes, 10 random in-edges per node (E = 100 000)
+- ``GATConv``: ``torch_geometric.nn.GATConv(W, D, heads=8)`` vs ``ga.GATConv``
+- ``GATv2Conv``: ``torch_geometric.nn.GATv2Conv(W, D, heads=8)`` vs ``ga.GATv2Conv``
+- ``TransformerConv``: ``torch_geometric.nn.TransformerConv(W, D, heads=8)`` vs ``ga.TransformerConv``
+
+Cases:
+
+- ``sparse``: N = 10 000 nodes, 10 random in-edges per node (E = 100 000, duplicates allowed)
 - ``denser``: N = 2 000 nodes, 200 random in-edges per node (E = 400 000)
-- ``batched``: 1000 graphs of 20-40 nodes, global attention within each graph
-  (the GraphGPS case): graphattn's layers get ``patterns.full()`` and the
-  ``batch`` vector; GPSConv's attention is ``to_dense_batch`` +
-  ``nn.MultiheadAttention``; the edge-list layers get the sum(n_b^2) edges of
-  ``graphs.batch_sequences`` (built once, outside the timing).
+- ``sampled``: ``NeighborLoader``'s layout on the sparse graph: 1024 seed nodes, fan-out [10, 5]
+  (pyg-lib is not needed: ``examples/minibatch.py``'s sampler, checked against ``k_hop_subgraph`` in
+  tests/test_minibatch.py); every step gets a fresh batch (as in training), the same sequence for both
+  layers, so graphattn rebuilds its structure each step and that cost is timed.
 
-Layers on the edge cases: ``ga.TransformerConv`` and ``TransformerConv`` (same
-configuration: root weight, concat), ``GATConv``, ``GATv2Conv`` (no added self
-loops), ``ga.AttentionConv`` (MHA semantics). Time: median of ``--repeats``
-calls of forward + ``backward`` after one warm-up call; a call slower than
-``--slow`` seconds is timed once. CPU time: the median ``time.process_time``
-of the same calls (the process's own work; on a shared, loaded machine the
-wall-clock time also counts waiting for a core, the CPU time does not, so its
-ratios are the steadier ones there; with several threads it sums them). Peak memory: the peak resident set size
-above the resident size before one more call (CPU; glibc asked to return
-freed buffers, as ``graphattn bench`` does), ``max_memory_allocated`` on CUDA.
-Ratios are each layer over the graphattn layer of the case (``ga.TransformerConv``;
-``ga.AttentionConv`` on the batched case): > 1 means graphattn is faster or smaller.
-A case whose estimated memory exceeds ``--memory-budget`` GiB is skipped.
-Results go to ``benchmarks/results/train-<stamp>.{json,md}`` with the load average.
+Modes: ``eager`` and ``compiled`` (``torch.compile`` of each layer, default options; the first two
+calls, which compile, are not timed). Time: PyG's and graphattn's steps alternate (``--repeats``
+rounds after two warm-up steps each), medians of CPU time (``time.process_time``: the process's own
+work, the steadier figure on a shared machine) and of wall time. Peak memory: the peak resident set
+size above the resident size before one more step (CPU; glibc asked to return freed buffers, as
+``graphattn bench`` does), ``max_memory_allocated`` on CUDA. Ratios are PyG over graphattn: > 1 means
+graphattn is faster or smaller; < 1 that it is slower. One thread unless ``--threads``. Prints the
+date and the load average at start and end; writes ``benchmarks/results/train-<stamp>.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import time
 from pathlib import Path
 
 import torch
-from torch import nn
 
 import graphattn as ga
 from graphattn.bench.worker import _malloc_for_memory_run, _memory_probe  # the probes `graphattn bench` uses
 
 HEADS = 8
 RESULTS = Path(__file__).resolve().parent / "results"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CASES = ("sparse", "denser", "sampled")
+PAIRS = ("GATConv", "GATv2Conv", "TransformerConv")
 
 
-def edge_case(name: str, device, seed: int = 0):
-    """``(x_width -> edge_index, batch)``: random in-edges (duplicates allowed, as sampled graphs have)."""
-    N, degree = {"sparse": (10_000, 10), "denser": (2_000, 200)}[name]
+def random_graph(N: int, degree: int, seed: int = 0) -> torch.Tensor:
+    """``edge_index (2, N * degree)``: ``degree`` random in-edges per node, sorted by target (duplicates allowed)."""
     g = torch.Generator().manual_seed(seed)
     dst = torch.arange(N).repeat_interleave(degree)  # (E,)
     src = torch.randint(0, N, (N * degree,), generator=g)  # (E,)
-    return N, torch.stack([src, dst]).to(device), None
+    return torch.stack([src, dst])
 
 
-def batched_case(device, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(20, 41, (1000,), generator=g)  # (B,)
-    edge_index, batch = ga.graphs.batch_sequences(lengths)  # (2, sum n^2), (N,)
-    return int(lengths.sum()), edge_index.to(device), batch.to(device)
+def graphs(case: str, quick: bool, steps: int):
+    """``steps`` edge lists with their node counts: the same graph each step, or a fresh sampled batch."""
+    scale = 10 if quick else 1
+    if case == "denser":
+        N = 2_000 // scale
+        return [(N, random_graph(N, 200 // scale))] * steps
+    N, degree = 10_000 // scale, 10
+    edge_index = random_graph(N, degree)
+    if case == "sparse":
+        return [(N, edge_index)] * steps
+    spec = importlib.util.spec_from_file_location("minibatch_example", EXAMPLES / "minibatch.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    ptr = torch.arange(0, N * degree + 1, degree)  # (N + 1,): edges are sorted by target, `degree` each
+    g = torch.Generator().manual_seed(1)
+    dummy = torch.zeros(N, 1)
+    out = []
+    for _ in range(steps):
+        seeds = torch.randperm(N, generator=g)[:1024 // scale]
+        batch = example.sample(seeds, ptr, edge_index[0], [10, 5], dummy, dummy[:, 0], generator=g)
+        out.append((batch.num_nodes, batch.edge_index))
+    return out
 
 
-class DenseBatchMHA(nn.Module):
-    """GPSConv's global attention: ``to_dense_batch`` + ``nn.MultiheadAttention`` + unpad."""
-
-    def __init__(self, width: int, heads: int):
-        super().__init__()
-        self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
-
-    def forward(self, x, batch):
-        from torch_geometric.utils import to_dense_batch
-
-        h, mask = to_dense_batch(x, batch)  # (B, T, F), (B, T)
-        h, _ = self.attn(h, h, h, key_padding_mask=~mask, need_weights=False)
-        return h[mask]  # (N, F)
-
-
-def layers(case: str, D: int):
-    """``{name: (module, call(module, x, edge_index, batch))}`` for one case."""
-    from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
+def pair(name: str, D: int):
+    """``(pyg_layer, graphattn_layer)`` with the same weights, PyG's defaults."""
+    from torch_geometric import nn as pyg
 
     W = HEADS * D
-    edges = {
-        "ga.TransformerConv": (ga.TransformerConv(W, D, heads=HEADS), lambda m, x, e, b: m(x, e)),
-        "TransformerConv": (TransformerConv(W, D, heads=HEADS), lambda m, x, e, b: m(x, e)),
-        "GATConv": (GATConv(W, D, heads=HEADS, add_self_loops=False), lambda m, x, e, b: m(x, e)),
-        "GATv2Conv": (GATv2Conv(W, D, heads=HEADS, add_self_loops=False), lambda m, x, e, b: m(x, e)),
-        "ga.AttentionConv": (ga.AttentionConv(W, W, heads=HEADS), lambda m, x, e, b: m(x, e)),
-    }
-    if case != "batched":
-        return edges
-    full = ga.patterns.full()
-    return {
-        "ga.AttentionConv": (ga.AttentionConv(W, W, heads=HEADS), lambda m, x, e, b: m(x, full, batch=b)),
-        "ga.TransformerConv": (ga.TransformerConv(W, D, heads=HEADS), lambda m, x, e, b: m(x, full, batch=b)),
-        "to_dense_batch+MHA": (DenseBatchMHA(W, HEADS), lambda m, x, e, b: m(x, b)),
-        **{k: v for k, v in edges.items() if not k.startswith("ga.")},
-    }
+    torch.manual_seed(0)
+    ref = getattr(pyg, name)(W, D, heads=HEADS)
+    ours = {"GATConv": lambda: ga.GATConv.from_gat_conv(ref), "GATv2Conv": lambda: ga.GATv2Conv.from_gatv2_conv(ref),
+            "TransformerConv": lambda: ga.TransformerConv.from_transformer_conv(ref)}[name]()
+    return ref, ours
 
 
 def estimate_bytes(name: str, E: int, N: int, D: int) -> int:
-    """Rough peak of one forward + backward: per-edge layers hold several (E, H, D) tensors."""
-    per_edge = {"TransformerConv": 10, "GATConv": 4, "GATv2Conv": 8}.get(name, 0)
+    """Rough peak of PyG's forward + backward: its per-edge (E, H, D) tensors dominate."""
+    per_edge = {"TransformerConv": 10, "GATConv": 4, "GATv2Conv": 8}[name]
     return 4 * (per_edge * E * HEADS * D + 20 * N * HEADS * D + 8 * E * HEADS)
 
 
-def measure(module, call, x, edge_index, batch, repeats: int, slow: float, device, compiled: bool) -> dict:
-    def step():
+def make_step(module, device):
+    def step(x, edge_index):
         xg = x.detach().requires_grad_()
-        out = call(module, xg, edge_index, batch)
+        out = module(xg, edge_index)
         out.backward(torch.ones_like(out))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+    return step
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    step()
-    first, first_cpu = time.perf_counter() - t0, time.process_time() - c0
-    times, cpu = [], []
-    for _ in range(repeats if first < slow else int(compiled)):  # a compiled first call is the compilation
-        t0, c0 = time.perf_counter(), time.process_time()
-        step()
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    times, cpu = times or [first], cpu or [first_cpu]
+
+def measure_pair(steps, inputs, repeats: int, device) -> dict:
+    """Both layers' steps alternating on the same inputs: medians of CPU and wall time, then peak memory."""
+    cpu, wall = {k: [] for k in steps}, {k: [] for k in steps}
+    for i in range(2):  # warm-up (compilation: a second shape for sampled batches)
+        for step in steps.values():
+            step(*inputs[i])
+    for r in range(repeats):
+        for k, step in steps.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            step(*inputs[2 + r])
+            cpu[k].append(time.process_time() - c0)
+            wall[k].append(time.perf_counter() - t0)
+    row = {}
     reset, read = _memory_probe(device)
-    _malloc_for_memory_run(True)
-    base = reset()
-    step()
-    peak = read(base)
-    _malloc_for_memory_run(False)
-    return dict(time_s=sorted(times)[len(times) // 2], cpu_s=sorted(cpu)[len(cpu) // 2], first_s=first,
-                runs=len(times), peak_bytes=peak)
+    for k, step in steps.items():
+        _malloc_for_memory_run(True)
+        base = reset()
+        step(*inputs[2 + repeats])
+        row[f"{k}_peak_bytes"] = read(base)
+        _malloc_for_memory_run(False)
+        row[f"{k}_cpu_s"] = sorted(cpu[k])[len(cpu[k]) // 2]
+        row[f"{k}_time_s"] = sorted(wall[k])[len(wall[k]) // 2]
+    for what in ("cpu_s", "time_s", "peak_bytes"):
+        row[f"ratio_{what}"] = row[f"pyg_{what}"] / max(row[f"ga_{what}"], 1e-12)
+    return row
 
 
-def run_case(case: str, D: int, args, device) -> list[dict]:
-    N, edge_index, batch = batched_case(device) if case == "batched" else edge_case(case, device)
-    E = edge_index.size(1)
-    torch.manual_seed(0)
-    x = torch.randn(N, HEADS * D, device=device)
-    rows = []
-    for name, (module, call) in layers(case, D).items():
-        if args.layers and name not in args.layers.split(","):
-            continue
-        row = dict(case=case, N=N, E=E, D=D, H=HEADS, layer=name, compiled=False)
-        need = estimate_bytes(name, E, N, D)
-        if need > args.memory_budget * 2 ** 30:
-            rows.append(dict(row, status=f"skipped: ~{need / 2 ** 30:.1f} GiB > budget"))
-            continue
-        module = module.to(device)
-        for compiled in (False, True) if args.compile else (False,):
-            target = torch.compile(module) if compiled else module
-            try:
-                rows.append(dict(row, compiled=compiled, status="ok",
-                                 **measure(target, call, x, edge_index, batch, args.repeats, args.slow, device,
-                                          compiled)))
-            except (RuntimeError, NotImplementedError) as error:  # e.g. out of memory: report, go on
-                rows.append(dict(row, compiled=compiled, status=f"failed: {str(error).splitlines()[0][:80]}"))
-            print(_line(rows[-1]), flush=True)
-    return rows
+def run(case: str, D: int, name: str, mode: str, args, device) -> dict:
+    steps_needed = args.repeats + 3
+    batches = graphs(case, args.quick, steps_needed)
+    N, E = batches[0][0], batches[0][1].size(1)
+    row = dict(case=case, D=D, H=HEADS, layer=name, mode=mode, N=N, E=E)
+    need = estimate_bytes(name, max(b[1].size(1) for b in batches), N, D)
+    if need > args.memory_budget * 2 ** 30:
+        return dict(row, status=f"skipped: PyG needs ~{need / 2 ** 30:.1f} GiB > --memory-budget")
+    g = torch.Generator().manual_seed(2)
+    inputs = [(torch.randn(n, HEADS * D, generator=g).to(device), e.to(device)) for n, e in batches]
+    ref, ours = (m.to(device) for m in pair(name, D))
+    modules = {"pyg": ref, "ga": ours}
+    if mode == "compiled":
+        modules = {k: torch.compile(m) for k, m in modules.items()}
+    try:
+        return dict(row, status="ok", **measure_pair({k: make_step(m, device) for k, m in modules.items()},
+                                                     inputs, args.repeats, device))
+    except (RuntimeError, NotImplementedError) as error:  # e.g. out of memory: report it, go on
+        return dict(row, status=f"failed: {str(error).splitlines()[0][:80]}")
 
 
-def add_ratios(rows: list[dict]) -> None:
-    for r in rows:
-        ref_name = "ga.AttentionConv" if r["case"] == "batched" else "ga.TransformerConv"
-        ref = next((q for q in rows if q["case"] == r["case"] and q["D"] == r["D"] and q["layer"] == ref_name
-                    and q["compiled"] == r["compiled"] and q["status"] == "ok"), None)
-        if ref is not None and r["status"] == "ok":
-            r["time_ratio"] = r["time_s"] / ref["time_s"]
-            r["cpu_ratio"] = r["cpu_s"] / ref["cpu_s"]
-            r["memory_ratio"] = r["peak_bytes"] / max(ref["peak_bytes"], 1)
-
-
-def _line(r: dict) -> str:
-    head = f"{r['case']:8s} D={r['D']:<3d} {r['layer']:20s} {'compiled' if r['compiled'] else 'eager':8s}"
+def line(r: dict) -> str:
+    head = f"{r['case']:8s} D={r['D']:<3d} {r['layer']:16s} {r['mode']:8s} E={r['E']:<7d}"
     if r["status"] != "ok":
         return f"{head} {r['status']}"
-    ratios = ""
-    if "time_ratio" in r:
-        ratios = f"  time x{r['time_ratio']:.2f}  cpu x{r['cpu_ratio']:.2f}  memory x{r['memory_ratio']:.2f}"
-    return (f"{head} {r['time_s'] * 1e3:9.1f} ms (cpu {r['cpu_s'] * 1e3:7.1f} ms) "
-            f"{r['peak_bytes'] / 2 ** 20:8.1f} MiB{ratios}")
+    return (f"{head} PyG {r['pyg_cpu_s'] * 1e3:8.1f} ms {r['pyg_peak_bytes'] / 2 ** 20:7.1f} MiB | "
+            f"ga {r['ga_cpu_s'] * 1e3:8.1f} ms {r['ga_peak_bytes'] / 2 ** 20:7.1f} MiB | PyG/ga: "
+            f"cpu x{r['ratio_cpu_s']:.2f} wall x{r['ratio_time_s']:.2f} memory x{r['ratio_peak_bytes']:.2f}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", default="sparse,denser,batched")
-    parser.add_argument("--dims", default="8,64", help="channels per head D, comma-separated")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--slow", type=float, default=5.0, help="time a call slower than this (s) only once")
-    parser.add_argument("--compile", action="store_true", help="also torch.compile every layer")
-    parser.add_argument("--layers", default="", help="only these layers, comma-separated (e.g. for --compile)")
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--pairs", default=",".join(PAIRS), help="PyG layers, comma-separated")
+    parser.add_argument("--dims", help="channels per head D, comma-separated (default 8,64)")
+    parser.add_argument("--modes", help="eager, compiled or both (default both)")
+    parser.add_argument("--repeats", type=int, help="timed rounds (default 5)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true",
+                        help="graphs 10x smaller; unless given, D = 8, eager, 2 repeats")
     parser.add_argument("--memory-budget", type=float, default=6.0, metavar="GIB")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    for key, full, quick in (("dims", "8,64", "8"), ("modes", "eager,compiled", "eager"), ("repeats", 5, 2)):
+        if getattr(args, key) is None:
+            setattr(args, key, quick if args.quick else full)
+    cases, pairs = [c for c in args.cases.split(",") if c], [p for p in args.pairs.split(",") if p]
+    modes = [m for m in args.modes.split(",") if m]
+    if set(cases) - set(CASES) or set(pairs) - set(PAIRS) or set(modes) - {"eager", "compiled"} or args.repeats < 1:
+        parser.error(f"Expected '--cases' from {CASES}, '--pairs' from {PAIRS}, '--modes' from eager, compiled "
+                     f"and '--repeats' >= 1 (got {args.cases!r}, {args.pairs!r}, {args.modes!r}, {args.repeats})")
+    torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    cases = [c for c in args.cases.split(",") if c]
-    unknown = set(cases) - {"sparse", "denser", "batched"}
-    if unknown or args.repeats < 1:
-        parser.error(f"Expected '--cases' from sparse, denser, batched and '--repeats' >= 1 "
-                     f"(got {args.cases!r}, {args.repeats})")
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load}")
+    load = os.getloadavg()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}, torch {torch.__version__}, {args.threads} thread(s), "
+          f"load average {load}; ratios PyG / graphattn (> 1: graphattn faster or smaller)")
     rows = []
     for case in cases:
         for D in (int(d) for d in args.dims.split(",")):
-            rows += run_case(case, D, args, device)
-    add_ratios(rows)
-    print("\nratios: other layer / graphattn layer of the case (> 1: graphattn faster / smaller)")
-    for r in rows:
-        print(_line(r))
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+            for name in pairs:
+                for mode in modes:
+                    rows.append(run(case, D, name, mode, args, device))
+                    print(line(rows[-1]), flush=True)
+    end = os.getloadavg()
+    print(f"load average at end {end}")
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = dict(date=stamp, torch=torch.__version__, threads=torch.get_num_threads(), device=str(device),
-                load_average=load, load_average_end=os.getloadavg() if load else None)
+    meta = dict(date=stamp, torch=torch.__version__, threads=args.threads, device=str(device), load_average=load,
+                load_average_end=end, quick=args.quick)
     (args.out / f"train-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     (args.out / f"train-{stamp}.md").write_text(
-        f"# benchmarks/train.py {stamp}\n\n{meta}\n\n```\n" + "\n".join(_line(r) for r in rows) + "\n```\n")
+        f"# benchmarks/train.py {stamp}\n\n{meta}\n\n```\n" + "\n".join(line(r) for r in rows) + "\n```\n")
     print(f"wrote {args.out / f'train-{stamp}.json'}")
     return 0
 

@@ -4,9 +4,10 @@
 
 ``GPSConv`` combines a local message-passing layer (here ``GINConv``) with
 global attention over all nodes of each graph. :func:`graphattn.gps.use_graphattn`
-swaps its ``nn.MultiheadAttention`` for :class:`graphattn.gps.GPSAttention`
-(same weights, same outputs) which attends within each graph on graphattn's
-ragged kernel instead of over the padded ``to_dense_batch`` layout. The data is
+replaces every ``GPSConv`` by :class:`graphattn.gps.GPSConv` (the same
+submodules and weights, the same outputs), whose global attention runs on the
+node layout (projections on the real nodes only, attention within each graph
+on graphattn's ragged operator) instead of over the padded ``to_dense_batch`` layout. The data is
 PyG's ``FakeDataset`` (random graphs, generated offline); the label of a graph
 is whether its nodes' first feature sums to more than zero, a global signal
 the attention can pick up. The script trains the stock and the graphattn model
@@ -91,7 +92,7 @@ def main(argv=None) -> int:
     train, test = make_data(args.graphs, args.seed)
     torch.manual_seed(args.seed)
     stock = GPS(8, args.channels, args.layers, args.heads, 2)
-    models = {"stock nn.MultiheadAttention": stock, "graphattn GPSAttention": use_graphattn(copy.deepcopy(stock))}
+    models = {"stock nn.MultiheadAttention": stock, "graphattn GPSConv": use_graphattn(copy.deepcopy(stock))}
     print(f"{len(train)} training and {len(test)} test graphs, {sum(g.num_nodes for g in train)} training nodes")
     for name, model in models.items():
         torch.manual_seed(args.seed)

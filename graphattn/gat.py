@@ -83,7 +83,7 @@ def _with_self_loops(module, edge_index, edge_attr, num_nodes):
 
 def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_attention_weights):
     """Heads concatenated or averaged, residual, bias; PyG's return (the weights when the flag is truthy, as PyG 2.8)."""
-    out = out.reshape(out.size(0), -1) if module.concat else out.mean(dim=1)  # (L, H*C) or (L, C)
+    out = out.flatten(1) if module.concat else out.mean(dim=1)  # (L, H*C) or (L, C); L = 0 too
     if res is not None:
         out = out + res
     if module.bias is not None:

@@ -5,12 +5,13 @@ d = 4 (one head, fixed seed, float64) and prints each intermediate with its
 shape, the row sums of the weights (each 1) and the output's shape (equal to
 the input's). Part two is the worked example of one query: raw scores
 2.1, 0.4 and -0.3 with d_k = 4 are scaled by 1/sqrt(4), put through a softmax,
-and used to mix three value vectors (``--d-k 2`` reproduces the source text's
-0.67 / 0.21 / 0.12). Part three, "as a graph", recomputes part one on the
+and used to mix three value vectors (the book prints 1.05 / 0.2 / -0.15, right, then 0.67 / 0.21 / 0.12,
+wrong: the printout names the slip), then shows the softmax itself, exp and the
+normaliser. Part three, "as a graph", recomputes part one on the
 edge list: one row per edge j -> i with q·k, the scaled score, alpha and the
 message alpha·v_j, and one node's incoming messages summed to its output row
 (:func:`edge_messages`, :func:`edge_table`). Part four, the errata (the
-claims of the source text that do not hold, each measured), lives in
+claims of the book that do not hold, each measured), lives in
 :mod:`graphattn.errata`.
 
 The steps, as numbered in :mod:`graphattn.dense` and the first notebook:
@@ -25,10 +26,11 @@ import torch
 from torch import Tensor
 
 __all__ = ["six_steps_report", "worked_report", "worked_example", "WORKED_SCORES", "WORKED_VALUES",
-           "BOOK_WEIGHTS", "edge_messages", "edge_table", "graph_lines"]
+           "BOOK_SCALED", "BOOK_WEIGHTS", "edge_messages", "edge_table", "graph_lines"]
 
 WORKED_SCORES = (2.1, 0.4, -0.3)  # raw scores q · k_j of one query against three keys
-BOOK_WEIGHTS = (0.67, 0.21, 0.12)  # the source's softmax weights for WORKED_SCORES "with d_k = 4"
+BOOK_SCALED = (1.05, 0.2, -0.15)  # the book's scaled scores: WORKED_SCORES / sqrt(4), right
+BOOK_WEIGHTS = (0.67, 0.21, 0.12)  # the book's softmax of BOOK_SCALED, wrong (softmax gives 0.578 / 0.247 / 0.174)
 WORKED_VALUES = ((1.0, 0.0, 0.0, 1.0), (0.0, 2.0, 0.0, 0.0), (0.0, 0.0, 3.0, -1.0))  # v_1, v_2, v_3
 
 
@@ -81,7 +83,8 @@ def worked_example(scores=WORKED_SCORES, d_k: int = 4, values=WORKED_VALUES) -> 
     return dict(scores=s, scaled=scaled, weights=weights, values=v, output=output)
 
 
-def six_steps_report(length: int, dim: int, seed: int, causal: bool, decimals: int) -> list[str]:
+def six_steps_report(length: int, dim: int, seed: int, causal: bool, decimals: int,
+                     node: int | None = None) -> list[str]:
     from graphattn.dense import six_steps
 
     gen = torch.Generator().manual_seed(seed)
@@ -111,7 +114,7 @@ def six_steps_report(length: int, dim: int, seed: int, causal: bool, decimals: i
     from graphattn.graphs import mask_to_edge_index
 
     allowed = torch.ones(length, length, dtype=torch.bool) if mask is None else mask  # (L, L)
-    lines += graph_lines(st, mask_to_edge_index(allowed), decimals)
+    lines += graph_lines(st, mask_to_edge_index(allowed), decimals, node=node)
     return lines
 
 
@@ -124,7 +127,9 @@ def worked_report(scores, d_k: int, decimals: int) -> list[str]:
     root = math.sqrt(d_k)
     lines = ["", f"Worked example: one query, raw scores q . k_j = {_fmt(ex['scores'], d)}, d_k = {d_k}"]
     lines += [f"3) scaled scores (divided by sqrt({d_k}) = {root:g}): {_fmt(ex['scaled'], d)}"]
-    lines += [f"5) softmax weights: {_fmt(ex['weights'], d)}  (sum {ex['weights'].sum().item():.{d}f})"]
+    expo = ex["scaled"].exp()  # (S,)
+    lines += [f"5) softmax: exp(scaled) = {_fmt(expo, d)}, normaliser Z = their sum = {expo.sum().item():.{d}f}"]
+    lines += [f"   weights = exp / Z: {_fmt(ex['weights'], d)}  (sum {ex['weights'].sum().item():.{d}f})"]
     lines += _book_note(scores, d_k)
     for j, row in enumerate(ex["values"], start=1):
         lines += [f"   value v_{j} = {_fmt(row, d)}"]
@@ -134,13 +139,12 @@ def worked_report(scores, d_k: int, decimals: int) -> list[str]:
 
 
 def _book_note(scores, d_k: int) -> list[str]:
-    """Where the source's 0.67 / 0.21 / 0.12 come from, when the worked example is the source's."""
-    if tuple(scores) != WORKED_SCORES:
+    """Where the book's worked example goes wrong, when the worked example is the book's."""
+    if tuple(scores) != WORKED_SCORES or d_k != 4:
         return []
     book = " / ".join(f"{w:.2f}" for w in BOOK_WEIGHTS)
-    if d_k == 2:
-        return [f"   these are the source's {book}, which it gives for d_k = 4: its numbers divide by sqrt(2)"]
-    return [f"   the source gives {book} for d_k = 4; those are the weights for d_k = 2 (run with --d-k 2)"]
+    scaled = " / ".join(f"{s:g}" for s in BOOK_SCALED)
+    return [f"   the book divides by 2 as here ({scaled}) but prints {book}: its exp-and-normalise step is off"]
 
 
 # --- the graph view: the same computation on the edge list, one row per edge ------------------------
@@ -203,31 +207,45 @@ def edge_table(messages: dict, head: int = 0) -> list[dict]:
             for e, (j, i) in enumerate(ei.T.tolist())]
 
 
-def graph_lines(st, edge_index: Tensor, decimals: int, max_rows: int = 64) -> list[str]:
-    """``graphattn steps``'s step "as a graph": the edge table and one node's messages summed.
+def graph_lines(st, edge_index: Tensor, decimals: int, max_rows: int = 64, node: int | None = None) -> list[str]:
+    """``graphattn steps``'s step "as a graph": the edge table, one node's softmax and its messages summed.
 
     ``st`` is the :class:`graphattn.dense.SixSteps` of one head; the edge list
-    is recomputed from its queries, keys and values and checked against its output.
+    is recomputed from its queries, keys and values and checked against its
+    output. ``node`` (default: the last query, which has the most incoming
+    edges under a causal mask) is the target whose softmax over its incoming
+    edges is spelled out: ``exp(scaled)``, the normaliser ``Z_i`` (their sum)
+    and ``alpha = exp / Z_i``.
     """
     q, k, v = (t[0][:, None, :] for t in (st.queries, st.keys, st.values))  # (L, 1, D) each
     m = edge_messages(q, k, v, edge_index)
     rows = edge_table(m)
-    node = int(edge_index[1].max())  # the last query: most incoming edges under a causal mask
+    dst = edge_index[1]  # (E,) targets i
+    node = int(dst.max()) if node is None else node
+    expo = m["scaled"][:, 0].exp()  # (E,) exp(scaled score) per edge
+    norm = torch.zeros(q.size(0), dtype=expo.dtype).index_add_(0, dst, expo)  # (L,) Z_i = sum over edges into i
     d, w = decimals, decimals + 4
     lines = ["", "As a graph: the same computation on the edge list, one row per edge j -> i",
-             f"(row 0 of edge_index = source = key j, row 1 = target = query i; E = {len(rows)} edges)",
-             f"    {'j -> i':>8}  {'q.k':>{w}}  {'scaled':>{w}}  {'alpha':>{w}}  alpha * v_j"]
-    shown = [r for r in rows if len(rows) <= max_rows or r["j -> i"].endswith(f"-> {node}")]
-    for r in shown:
-        lines += [f"    {r['j -> i']:>8}  {r['q·k']:{w}.{d}f}  {r['scaled']:{w}.{d}f}  {r['alpha']:{w}.{d}f}  "
-                  + _fmt(torch.tensor(r["alpha·v_j"]), d)]
+             f"(row 0 of edge_index = source = key j, row 1 = target = query i; E = {len(rows)} edges;",
+             " Z_i = sum of exp(scaled) over the edges into i, alpha = exp(scaled) / Z_i: the softmax per target)",
+             f"    {'j -> i':>8}  {'q.k':>{w}}  {'scaled':>{w}}  {'exp':>{w}}  {'Z_i':>{w}}  {'alpha':>{w}}"
+             "  alpha * v_j"]
+    shown = [e for e, r in enumerate(rows) if len(rows) <= max_rows or r["j -> i"].endswith(f"-> {node}")]
+    for e in shown:
+        r, z = rows[e], norm[dst[e]].item()
+        lines += [f"    {r['j -> i']:>8}  {r['q·k']:{w}.{d}f}  {r['scaled']:{w}.{d}f}  {expo[e].item():{w}.{d}f}  "
+                  f"{z:{w}.{d}f}  {r['alpha']:{w}.{d}f}  " + _fmt(torch.tensor(r["alpha·v_j"]), d)]
     if len(shown) < len(rows):
         lines += [f"    ({len(rows) - len(shown)} more edges into the other queries not shown)"]
-    incoming = edge_index[1] == node  # (E,)
+    incoming = dst == node  # (E,)
+    if not bool(incoming.any()):
+        return lines + [f"node i = {node}: no incoming edges, so its output row is zero"]
     summed, y = m["summed"][node, 0], st.output[node]  # (D,) each
     alpha_sum = m["alpha"][incoming, 0].sum().item()
+    terms = " + ".join(f"{x:.{d}f}" for x in expo[incoming].tolist())
     same = torch.allclose(summed, y, atol=1e-12) and torch.allclose(m["output"][:, 0], st.output, atol=1e-12)
-    lines += [f"node i = {node}: {int(incoming.sum())} incoming edges, alphas sum to {alpha_sum:.{d}f}",
+    lines += [f"node i = {node}: {int(incoming.sum())} incoming edges, Z_{node} = {terms} = {norm[node].item():.{d}f}, "
+              f"alphas sum to {alpha_sum:.{d}f}",
               f"   sum of its messages alpha_ij v_j = {_fmt(summed, d)}",
               f"   output row y_{node} of step 6    = {_fmt(y, d)}   equal: {same}"]
     return lines

@@ -8,25 +8,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
+from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops
-from graphattn.graphs import check_edge_index
 from graphattn.routing import attend, project, resolve, use_propagate
-from graphattn.validate import (
-    check_bool,
-    check_choice,
-    check_features,
-    check_fits_memory,
-    check_int,
-    check_not_jit,
-    check_probability,
-    check_tensor,
-    message,
-)
+from graphattn.graphs import check_edge_index
+from graphattn.validate import (check_bool, check_choice, check_features, check_fits_memory, check_int,
+                                check_not_jit, check_probability, check_tensor, message)
 
 __all__ = ["TransformerConv"]
-
 
 def _finite_edge_terms(edge_attr: Tensor, bias: Tensor) -> bool:
     """Whether the fast path's edge terms are usable: ``edge_attr`` finite and the score bias free of NaN and
@@ -86,44 +77,60 @@ class TransformerConv(MessagePassing):
         Add the root term ``W_1 x_i`` (PyG's default: the graph you pass is not
         all the layer reads; each target also reads itself through ``lin_skip``).
     impl : {"auto", "message_passing"}, default "auto"
-        ``"auto"``: graphattn's fast kernels, except in ``explain`` mode or
-        with a message-passing hook registered, where it runs ``propagate``
-        (:func:`graphattn.routing.use_propagate`); compiled or exported too
-        (the kernels are ``torch.library`` operators, fullgraph).
-        ``"message_passing"``: always ``propagate``.
+        ``"auto"``: graphattn's fast kernels, except in ``explain`` mode, with
+        a message-passing hook registered, with an ``aggr`` other than
+        ``"add"``, or while training with ``pyg_dropout`` and ``dropout > 0``,
+        where it runs ``propagate`` (:func:`graphattn.routing.use_propagate`);
+        compiled or exported too (the kernels are ``torch.library`` operators,
+        fullgraph). ``"message_passing"``: always ``propagate``.
+    pyg_dropout : bool, default False
+        Draw the attention dropout as PyG's ``TransformerConv`` does: one
+        ``F.dropout`` of the ``(E, H)`` weights from the global generator, in
+        the order of ``edge_index``, after the softmax. With the same seed and
+        weights, training then gives PyG's outputs exactly (the same mask), and
+        the returned ``alpha`` is taken before dropout, as PyG's. It runs the
+        ``propagate`` path while training with ``dropout > 0`` (PyG's speed and
+        memory; eval and ``dropout=0`` keep the fast kernels). Off: the kernels
+        draw their own mask (the same distribution, other bits).
     **kwargs
-        Passed to :class:`torch_geometric.nn.MessagePassing` (``aggr`` and
-        ``flow`` fixed to ``"add"`` and ``"source_to_target"``).
+        Passed to :class:`torch_geometric.nn.MessagePassing`. ``aggr``: any
+        aggregation PyG accepts (default ``"add"``; PyG sums the weighted
+        messages, and so does every fast kernel: another ``aggr``, e.g.
+        ``"mean"``, runs ``propagate`` with PyG's aggregation). ``flow`` must
+        be ``"source_to_target"``.
 
     Raises
     ------
     ValueError
-        Non-positive sizes, a ``dropout`` outside [0, 1), an ``aggr``/``flow``
-        other than the defaults, features or ``edge_attr`` of the wrong shape.
+        Non-positive sizes, a ``dropout`` outside [0, 1), a ``flow`` other than
+        ``"source_to_target"``, features or ``edge_attr`` of the wrong shape.
     TypeError
-        Wrong argument types (``return_attention_weights`` must be a bool,
-        ``dropout`` a float, ``bias`` a bool); features not of the layer's dtype.
+        Wrong argument types (``return_attention_weights`` must be None or a
+        bool, ``dropout`` a float, ``bias`` a bool); features not of the layer's dtype.
     NotImplementedError
         Under ``torch.jit.trace`` or ``torch.jit.script`` (use ``torch.compile``
         or ``torch.export``, which trace the ``propagate`` path).
 
     Notes
     -----
-    Shapes:
-
-    - input: ``x (N, F_in)`` or ``(x_src (S, F_src), x_dst (L, F_dst))``;
+    - input shapes: ``x (N, F_in)`` or ``(x_src (S, F_src), x_dst (L, F_dst))``;
       ``edge_index (2, E)``, an ``EdgeIndex``, a transposed sparse adjacency
       ``adj_t (L, S)`` (``torch.sparse`` or ``SparseTensor``); ``edge_attr (E, F_e)``
-    - output: ``(L, H * D)`` (``(L, D)`` with ``concat=False``); with
+    - output shapes: ``(L, H * D)`` (``(L, D)`` with ``concat=False``); with
       ``return_attention_weights=True`` ``(out, (edge_index, alpha))``,
       ``alpha (E, H)`` (for a ``SparseTensor``, the adjacency holding alpha)
 
-    Differences from PyG's ``TransformerConv``: the returned ``alpha`` is taken
-    after dropout (as :func:`graphattn.attention` and ``nn.MultiheadAttention``
-    return it; identical in eval mode or with ``dropout=0``); ``edge_attr``
-    without ``edge_dim`` raises instead of being added to the values; ``repr``
-    prints every non-default argument; ``return_attention_weights`` is a plain
-    bool (PyG returns the weights for any bool, also False).
+    PyG's conventions, kept so PyG code runs unchanged: ``repr`` is PyG's
+    (``TransformerConv(in_channels, out_channels, heads=H)``);
+    ``return_attention_weights=None`` (the default) returns ``out``, any bool
+    (also False, as PyG 2.8) ``(out, (edge_index, alpha))``; ``_alpha`` holds
+    the weights before dropout while ``propagate`` runs (what PyG's
+    ``AttentionExplainer`` and message hooks read) and is None otherwise.
+    Differences from PyG's ``TransformerConv``: without ``pyg_dropout``, the
+    returned ``alpha`` is taken after dropout while training (as
+    :func:`graphattn.attention` and ``nn.MultiheadAttention`` return it;
+    identical in eval mode or with ``dropout=0``); ``edge_attr`` without
+    ``edge_dim`` raises instead of being added to the values; no TorchScript.
 
     References
     ----------
@@ -135,7 +142,7 @@ class TransformerConv(MessagePassing):
     >>> import torch, graphattn as ga
     >>> conv = ga.TransformerConv(16, 8, heads=2, edge_dim=3)
     >>> conv
-    TransformerConv(16, 8, heads=2, edge_dim=3)
+    TransformerConv(16, 8, heads=2)
     >>> edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
     >>> conv(torch.randn(3, 16), edge_index, torch.randn(3, 3)).shape
     torch.Size([3, 16])
@@ -143,11 +150,13 @@ class TransformerConv(MessagePassing):
 
     def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True, beta: bool = False,
                  dropout: float = 0.0, edge_dim: int | None = None, bias: bool = True, root_weight: bool = True,
-                 impl: str = "auto", **kwargs):
-        for name, default in (("aggr", "add"), ("flow", "source_to_target")):
-            if kwargs.setdefault(name, default) != default:
-                raise ValueError(message(name, f"{default!r} for attention", kwargs[name]))
+                 impl: str = "auto", pyg_dropout: bool = False, **kwargs):
+        kwargs.setdefault("aggr", "add")
+        if kwargs.setdefault("flow", "source_to_target") != "source_to_target":
+            raise ValueError(message("flow", "'source_to_target' for attention (row 0 = source j = key)",
+                                     kwargs["flow"]))
         super().__init__(node_dim=0, **kwargs)
+        self._alpha: Tensor | None = None  # PyG's: the weights before dropout, set only while propagate runs
         pair = (in_channels, in_channels) if not isinstance(in_channels, (tuple, list)) else tuple(in_channels)
         if len(pair) != 2:
             raise TypeError(message("in_channels", "an int or a pair (F_src, F_dst)", in_channels))
@@ -161,6 +170,7 @@ class TransformerConv(MessagePassing):
         self.dropout = check_probability("dropout", dropout)
         self.edge_dim = None if edge_dim is None else check_int("edge_dim", edge_dim, low=1)
         self.impl = check_choice("impl", impl, ("auto", "message_passing"))
+        self.pyg_dropout = check_bool("pyg_dropout", pyg_dropout)
         bias = check_bool("bias", bias)
         width = heads * out_channels
         sizes = {"in_channels": max(f_src, f_dst, 1), "out_channels": out_channels, "heads": heads,
@@ -186,7 +196,7 @@ class TransformerConv(MessagePassing):
             if lin is not None:
                 lin.reset_parameters()
 
-    def forward(self, x, edge_index, edge_attr: Tensor | None = None, return_attention_weights: bool = False,
+    def forward(self, x, edge_index, edge_attr: Tensor | None = None, return_attention_weights: bool | None = None,
                 *, size=None, batch: Tensor | None = None):
         """Attend along the edges into each target, add the root term.
 
@@ -200,7 +210,9 @@ class TransformerConv(MessagePassing):
             Required with ``edge_dim``; in the order of ``edge_index`` (for a
             sparse adjacency, of its entries; multi-dimensional sparse values
             serve as ``edge_attr`` when none is given, as in PyG).
-        return_attention_weights : bool, default False
+        return_attention_weights : bool, optional
+            None (default): return ``out``. Any bool, also False (PyG 2.8's
+            ``TransformerConv``): return ``(out, (edge_index, alpha))``.
         size : tuple (S, L), optional
             PyG's ``size``; checked against the features.
         batch : Tensor, shape (N,), optional
@@ -218,12 +230,14 @@ class TransformerConv(MessagePassing):
             object passed in; a ``SparseTensor`` comes back holding alpha).
         """
         check_not_jit(self, "trace")
-        check_bool("return_attention_weights", return_attention_weights)
+        if return_attention_weights is not None:
+            check_bool("return_attention_weights", return_attention_weights)
+        need_weights = return_attention_weights is not None  # PyG 2.8: any bool, also False
         x_src, x_dst = self._features(x)
         S, L = x_src.size(0), x_dst.size(0)
-        slow = use_propagate(self, edge_index, batch)
-        edge_index, plain, values = resolve(edge_index, size, batch, S, L, slow or return_attention_weights,
-                                            x_dst.device)
+        slow = use_propagate(self, edge_index, batch) or not isinstance(self.aggr_module, SumAggregation) or (
+            self.pyg_dropout and self.training and self.dropout > 0.0)
+        edge_index, plain, values = resolve(edge_index, size, batch, S, L, slow or need_weights, x_dst.device)
         if edge_attr is None and values is not None and values.dim() > 1:
             edge_attr = values
         H, C = self.heads, self.out_channels
@@ -238,7 +252,7 @@ class TransformerConv(MessagePassing):
         if slow:
             out, alpha = self._propagate(query, key, value, plain, edge_attr, (S, L))
         else:
-            out, alpha = self._attend(query, key, value, plain, edge_attr, batch, return_attention_weights)
+            out, alpha = self._attend(query, key, value, plain, edge_attr, batch, need_weights)
         out = out.reshape(L, H * C) if self.concat else out.mean(dim=1)  # (L, H*D) or (L, D)
         if self.root_weight:
             x_r = x_r[0]  # (L, H*D) or (L, D): lin_skip(x_dst)
@@ -247,7 +261,7 @@ class TransformerConv(MessagePassing):
                 out = beta * x_r + (1 - beta) * out
             else:
                 out = out + x_r
-        if not return_attention_weights:
+        if not need_weights:
             return out
         if type(edge_index).__name__ == "SparseTensor":
             return out, edge_index.set_value(alpha, layout="coo")
@@ -324,7 +338,11 @@ class TransformerConv(MessagePassing):
         H, C = self.heads, self.out_channels
         edge_emb = None if edge_attr is None else self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, D)
         alpha = self.edge_updater(edge_index, query=query, key=key, edge_emb=edge_emb, size=size)  # (E, H)
-        out = self.propagate(edge_index, value=value, alpha=alpha, edge_emb=edge_emb, size=size)  # (L, H, D)
+        self._alpha = alpha  # before dropout, as PyG's: read by message hooks and AttentionExplainer
+        try:
+            out = self.propagate(edge_index, value=value, alpha=alpha, edge_emb=edge_emb, size=size)  # (L, H, D)
+        finally:
+            self._alpha = None  # PyG resets it after propagate
         return out, alpha
 
     def edge_update(self, query_i: Tensor, key_j: Tensor, edge_emb: Tensor | None, index: Tensor,
@@ -332,10 +350,10 @@ class TransformerConv(MessagePassing):
         if edge_emb is not None:
             key_j = key_j + edge_emb  # (E, H, D)
         score = (query_i * key_j).sum(dim=-1) / math.sqrt(query_i.size(-1))  # (E, H, D) · (E, H, D) -> (E, H)
-        alpha = ops.segment_softmax(score, index, size_i)  # (E, H), sums to 1 over the edges into i
-        return F.dropout(alpha, p=self.dropout, training=self.training)
+        return ops.segment_softmax(score, index, size_i)  # (E, H), sums to 1 over the edges into i
 
     def message(self, value_j: Tensor, alpha: Tensor, edge_emb: Tensor | None) -> Tensor:
+        alpha = F.dropout(alpha, p=self.dropout, training=self.training)  # PyG's draw: one (E, H) mask, edge order
         if edge_emb is not None:
             value_j = value_j + edge_emb  # (E, H, D)
         return alpha.unsqueeze(-1) * value_j  # (E, H, 1) * (E, H, D) -> (E, H, D)
@@ -344,33 +362,29 @@ class TransformerConv(MessagePassing):
         check_not_jit(self, "script")  # torch.jit.script calls this first: one clear refusal
 
     def __repr__(self) -> str:
-        args = [repr(self.in_channels), str(self.out_channels), f"heads={self.heads}"]
-        defaults = dict(concat=True, beta=False, dropout=0.0, edge_dim=None, bias=True, root_weight=True,
-                        impl="auto")
-        actual = dict(concat=self.concat, beta=self.beta, dropout=self.dropout, edge_dim=self.edge_dim,
-                      bias=self.lin_key.bias is not None, root_weight=self.root_weight, impl=self.impl)
-        args += [f"{k}={v!r}" for k, v in actual.items() if v != defaults[k]]
-        return f"{self.__class__.__name__}({', '.join(args)})"
+        """PyG's: ``TransformerConv(in_channels, out_channels, heads=H)`` (PyG code and tests compare it)."""
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
 
     # -- torch_geometric.nn.TransformerConv interop -------------------------------------------------
 
     def _constructor_args(self) -> dict:
         return dict(in_channels=self.in_channels, out_channels=self.out_channels, heads=self.heads,
                     concat=self.concat, beta=self.beta, dropout=self.dropout, edge_dim=self.edge_dim,
-                    bias=self.lin_key.bias is not None, root_weight=self.root_weight)
+                    bias=self.lin_key.bias is not None, root_weight=self.root_weight, aggr=_aggr(self))
 
     @classmethod
-    def from_transformer_conv(cls, conv, impl: str = "auto") -> TransformerConv:
+    def from_transformer_conv(cls, conv, impl: str = "auto", pyg_dropout: bool = False) -> TransformerConv:
         """A layer computing exactly what ``conv`` (``torch_geometric.nn.TransformerConv``) computes.
 
-        Same weights (``load_state_dict``), dtype, device and train/eval mode.
+        Same weights (``load_state_dict``), aggregation, dtype, device and
+        train/eval mode; ``pyg_dropout=True`` also draws its dropout mask.
 
         Raises
         ------
         TypeError
             If ``conv`` is not a ``torch_geometric.nn.TransformerConv``.
         ValueError
-            If it uses another ``aggr`` or ``flow``.
+            If it uses another ``flow``.
         """
         from torch_geometric.nn import TransformerConv as PyGTransformerConv
 
@@ -378,7 +392,8 @@ class TransformerConv(MessagePassing):
             raise TypeError(message("conv", "a torch_geometric.nn.TransformerConv", type(conv).__name__))
         layer = cls(conv.in_channels, conv.out_channels, heads=conv.heads, concat=conv.concat, beta=conv.beta,
                     dropout=conv.dropout, edge_dim=conv.edge_dim, bias=conv.lin_key.bias is not None,
-                    root_weight=conv.root_weight, impl=impl, aggr=conv.aggr, flow=conv.flow)
+                    root_weight=conv.root_weight, impl=impl, pyg_dropout=pyg_dropout, aggr=_aggr(conv),
+                    flow=conv.flow)
         return _copy_weights(conv, layer)
 
     def to_transformer_conv(self):
@@ -386,6 +401,12 @@ class TransformerConv(MessagePassing):
         from torch_geometric.nn import TransformerConv as PyGTransformerConv
 
         return _copy_weights(self, PyGTransformerConv(**self._constructor_args()))
+
+
+def _aggr(conv):
+    """``conv``'s aggregation as its constructor takes it: the name it was given, else the module itself."""
+    named = isinstance(conv.aggr, list) or (isinstance(conv.aggr, str) and not conv.aggr.endswith(")"))
+    return conv.aggr if named else conv.aggr_module
 
 
 def _copy_weights(src: torch.nn.Module, dst: torch.nn.Module) -> torch.nn.Module:

@@ -42,6 +42,9 @@ def as_int(value) -> int | None:
     """``value`` as a Python int if it is an integer (Python, NumPy or 0-d tensor, not bool), else None."""
     if isinstance(value, bool):
         return None
+    if torch.compiler.is_compiling() and isinstance(value, (int, torch.SymInt)):
+        # a dynamic size stays symbolic (operator.index would specialize it: a recompile per size)
+        return value  # type: ignore[return-value]  # a SymInt stands in for the int under the compiler
     try:
         return operator.index(value)
     except TypeError:

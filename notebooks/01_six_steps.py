@@ -41,7 +41,8 @@ import torch
 import graphattn as ga
 from graphattn import viz
 from graphattn.errata import errata
-from graphattn.steps import BOOK_WEIGHTS, worked_example
+from graphattn.exercises import check_book_softmax, check_equal_scores, check_masked_softmax
+from graphattn.steps import BOOK_SCALED, BOOK_WEIGHTS, worked_example
 
 pd.set_option("display.float_format", "{:.4g}".format)
 
@@ -87,7 +88,7 @@ viz.attention_heatmap(A, row_labels=["t0", "t1", "t2"], col_labels=["t0", "t1", 
 fig.tight_layout()
 
 # %% [markdown]
-# ## A worked example by hand
+# ## Worked example: one query by hand
 #
 # One query has raw scores `2.1, 0.4, -0.3` against three keys, and `d_k = 4`,
 # so the scores are divided by `sqrt(4) = 2`: `1.05, 0.2, -0.15`. The softmax
@@ -259,30 +260,44 @@ assert m.loc["zero scores", "token 0 moves when token 5 changes"] > 1e-3
 assert m.loc["zero after, renormalise", "max |output - correct|"] < 1e-12
 
 # %% [markdown]
-# ## Errata: what the textbook section gets wrong, measured
+# ## Errata: what the book gets wrong, measured
 #
-# The textbook section this notebook follows states a few things that do not
-# hold. `graphattn.errata.errata()` computes one line per claim (the same lines
-# `graphattn steps` prints, and the table in the README's "Learn" section); the two claims
-# about a pretrained model (over-smoothing, [CLS]) are measured in notebook 3
-# and by `errata(model=True)`.
+# The book this notebook follows states a few things that do not hold.
+# `graphattn.errata.errata()` computes one line per claim, each stated in the
+# book's own scope (the same lines `graphattn steps` prints, and the table in
+# `docs/learn.md`); the four claims about a pretrained model are measured by
+# `errata(model=True)` and in notebook 3.
 
 # %%
-errata_rows = errata()
+errata_rows = {r["claim"]: r for r in errata()}
 pd.set_option("display.max_colwidth", None)
-pd.DataFrame([{"the source says": r["claim"], "measured here": r["measured"]} for r in errata_rows])
+pd.DataFrame([{"the book says": c, "measured here": r["measured"]} for c, r in errata_rows.items()])
+
+
+# %%
+def erratum(start):
+    return next(r["values"] for c, r in errata_rows.items() if c.startswith(start))
+
 
 # %% [markdown]
-# **Its worked softmax.** The source gives 0.67 / 0.21 / 0.12 for the scores
-# 2.1, 0.4, -0.3 "with d_k = 4". With `d_k = 4` the weights are 0.578 / 0.247 /
-# 0.174 (computed above); the source's numbers are what dividing by `sqrt(2)`
-# gives, i.e. `d_k = 2` (`graphattn steps --d-k 2`).
+# **Its worked softmax.** The book divides the scores by `sqrt(4) = 2` and
+# writes `1.05, 0.2, -0.15`, which is right, then gives 0.67 / 0.21 / 0.12 as
+# their softmax and says the token takes "about two thirds" from itself. The
+# softmax of `1.05, 0.2, -0.15` is 0.578 / 0.247 / 0.174 (computed above): the
+# slip is in the exp-and-normalise step, and the token keeps 58 %. Guessing a
+# different `d_k` to explain the book's numbers proves nothing: every divisor
+# from about 1.39 to 1.48 reproduces them to two decimals.
 
 # %%
-book = worked_example((2.1, 0.4, -0.3), d_k=2)["weights"]
-print("d_k = 2:", [round(w, 3) for w in book.tolist()], " source:", BOOK_WEIGHTS)
-assert max(abs(a - b) for a, b in zip(book.tolist(), BOOK_WEIGHTS)) < 0.01
-assert max(abs(a - b) for a, b in zip(ex["weights"].tolist(), BOOK_WEIGHTS)) > 0.05
+assert torch.allclose(ex["scaled"], torch.tensor(BOOK_SCALED, dtype=torch.float64))  # the division is right
+assert max(abs(a - b) for a, b in zip(ex["weights"].tolist(), BOOK_WEIGHTS)) > 0.05  # the softmax is not
+fits = [c / 1000 for c in range(1000, 3001)
+        if max(abs(a - b) for a, b in zip(torch.softmax(torch.tensor([2.1, 0.4, -0.3]) / (c / 1000), 0).tolist(),
+                                          BOOK_WEIGHTS)) <= 0.01]
+print(f"divisors that reproduce the book's weights to 0.01: {min(fits):.3f} .. {max(fits):.3f}; "
+      f"self share {ex['weights'][0].item():.1%}")
+assert abs(min(fits) - erratum("softmax")["fit_low"]) < 2e-3 and abs(max(fits) - erratum("softmax")["fit_high"]) < 2e-3
+assert round(ex["weights"][0].item(), 2) == 0.58
 
 # %% [markdown]
 # **"Masking after the softmax zeroes then renormalises, so the mask is useless."**
@@ -300,11 +315,27 @@ print("float16, zero after:", after.tolist(), " renormalised:", (after / after.s
       " masked first:", scores16.masked_fill(~keep, float("-inf")).softmax(-1).tolist())
 assert after[0, 0] == 0 and torch.isnan(after / after.sum(-1, keepdim=True)).all()
 assert scores16.masked_fill(~keep, float("-inf")).softmax(-1)[0, 0] == 1.0
-assert errata_rows[1]["values"]["renormalise_diff"] < 1e-12
+assert erratum("masking after")["renormalise_diff"] < 1e-12
 
 # %% [markdown]
-# **"The score matrix must be square."** With L queries and S keys (cross-attention)
-# the scores are L x S and every row of weights is still a distribution.
+# **"A very negative number makes masked weights vanish."** In a row that keeps
+# at least one key, yes. A padding query whose every key is masked gets
+# *uniform* weights with `-1e9` (it reads every masked key equally) and NaN
+# with `-inf` (0 / 0). Graph attention gives a query without incoming edges a
+# zero row.
+
+# %%
+row_scores = torch.tensor([[0.3, -1.2, 2.0]], dtype=torch.float64)
+print("-1e9:", row_scores.masked_fill(torch.ones(1, 3, dtype=torch.bool), -1e9).softmax(-1).tolist(),
+      " -inf:", row_scores.masked_fill(torch.ones(1, 3, dtype=torch.bool), float("-inf")).softmax(-1).tolist())
+assert erratum("filling masked")["full_row_weight"] == 1 / 4 and erratum("filling masked")["inf_nan"] == 1.0
+
+# %% [markdown]
+# **"The score matrix is n x n; if it is not square, d_k differs."** On one
+# sequence n x n holds, but the diagnosis is wrong: a `d_k` mismatch fails in
+# the product before any matrix exists. Non-square scores are normal: with L
+# queries and S keys (cross-attention) the scores are L x S, and a decoding
+# step with a KV cache scores one new query against t cached keys, 1 x t.
 
 # %%
 x_kv = torch.randn(5, d, generator=gen, dtype=torch.float64)
@@ -313,18 +344,36 @@ cross = ga.dense.six_steps(x[:3, :d], *(torch.randn(d, d, generator=gen, dtype=t
 print("scores:", tuple(cross.scores.shape[-2:]), " row sums:", cross.weights[0].sum(-1).tolist())
 assert cross.scores.shape[-2:] == (3, 5)
 assert torch.allclose(cross.weights[0].sum(-1), torch.ones(3, dtype=torch.float64))
+try:
+    torch.randn(3, 4) @ torch.randn(3, 5).T
+    raise AssertionError("a width mismatch should fail")
+except RuntimeError as err:
+    print("d_k mismatch:", str(err).splitlines()[0])
+assert erratum("self-attention's score")["step_cols"] == 6 and erratum("self-attention's score")["cache_diff"] < 1e-12
 
 # %% [markdown]
 # **"The diagonal is dark because Q and K come from the same input."** With
 # independent random projections, a token's weight on itself is on average the
-# uniform `1/L`; only tying `W_K = W_Q` makes `q_i · k_i = ||W x_i||^2` large.
-# A bright diagonal in a trained model is learned, not built in.
+# uniform `1/L`; the more `W_K` resembles `W_Q` the brighter the diagonal
+# (tied, `q_i · k_i = ||W x_i||^2` is large). A bright diagonal in a trained
+# model is learned, not built in.
 
 # %%
-diag = errata_rows[4]["values"]
+diag = erratum("the diagonal")
 print(f"mean self-weight: random {diag['random_self_weight']:.4f}, uniform {diag['uniform']:.4f}, "
-      f"tied W_K = W_Q {diag['tied_self_weight']:.3f}")
-assert abs(diag["random_self_weight"] - diag["uniform"]) < 0.01 and diag["tied_self_weight"] > 0.5
+      f"W_K = 0.7 W_Q + 0.3 W' {diag['mixed_self_weight']:.3f}, tied {diag['tied_self_weight']:.3f}")
+assert abs(diag["random_self_weight"] - diag["uniform"]) < 0.01
+assert diag["random_self_weight"] < diag["mixed_self_weight"] < diag["tied_self_weight"]
+
+# %% [markdown]
+# **"A fully connected graph network with learnable edge weights."** No edge has
+# a parameter: the layer's parameters have no length axis, and the weight of an
+# edge between the same two tokens changes with the rest of the input.
+
+# %%
+edges = erratum("attention is a fully")
+print(f"{edges['parameters']:.0f} parameters; alpha_01 {edges['alpha_input_1']:.3f} vs {edges['alpha_input_2']:.3f}")
+assert edges["alpha_input_1"] != edges["alpha_input_2"]
 
 # %% [markdown]
 # **"The encoder uses cross-attention."** An encoder layer has one attention,
@@ -340,40 +389,34 @@ assert enc == ["self_attn"] and dec == ["self_attn", "multihead_attn"]
 # %% [markdown]
 # ## Exercises
 #
+# Fill in each `...` and run the cell: the checker under it says whether your
+# answer is right and, if not, what is likely wrong. Solutions are in
+# `notebooks/solutions/01_six_steps.py` (try first).
+#
 # 1. One query has the raw scores 3, 3, 3 and `d_k = 9`. What are its weights?
-# 2. Add 10 to each of the worked example's raw scores. Do the weights change?
-# 3. Which integer `d_k` from 1 to 8 brings the worked example closest to the
-#    source's 0.67 / 0.21 / 0.12?
-# 4. Unscaled, with unit-variance entries, what is the variance of `q · k` at
-#    `d_k = 1024`? (Read it from the table of mistake 1.)
-#
-# ### Answers (each checked)
-#
-# 1. One third each: equal scores give equal weights, whatever the scale.
 
 # %%
-assert torch.allclose(worked_example((3.0, 3.0, 3.0), d_k=9, values=torch.eye(3).tolist())["weights"],
-                      torch.full((3,), 1 / 3, dtype=torch.float64))
+answer_1 = ...  # your code: a tensor of 3 weights
+check_equal_scores(answer_1)
 
 # %% [markdown]
-# 2. No: the softmax is unchanged by adding the same number to every score of a row.
+# 2. The book's worked example, done right: compute the softmax of
+#    `2.1, 0.4, -0.3` scaled by `1 / sqrt(4)` yourself, with `torch.exp` and a
+#    sum (not `torch.softmax`). How much does the token take from itself?
 
 # %%
-shifted = worked_example((12.1, 10.4, 9.7), d_k=4)["weights"]
-assert torch.allclose(shifted, ex["weights"], atol=1e-12)
+answer_2 = ...  # your code: a tensor of 3 weights
+check_book_softmax(answer_2)
 
 # %% [markdown]
-# 3. `d_k = 2` (dividing by `sqrt(2)`), as the errata say.
+# 3. Write `masked_softmax(scores, keep)` for scores `(L, S)` and a boolean
+#    `keep` `(L, S)` (True = may attend): masked keys get weight 0, a row that
+#    keeps a key sums to 1, and a query that may read nothing (a padding query)
+#    gets a zero row, as graph attention gives it. Mind the errata above.
 
 # %%
-def distance_to_source(d_k):
-    return max(abs(a - b) for a, b in zip(worked_example((2.1, 0.4, -0.3), d_k=d_k)["weights"].tolist(), BOOK_WEIGHTS))
+def masked_softmax(scores, keep):
+    return ...  # your code
 
 
-assert min(range(1, 9), key=distance_to_source) == 2
-
-# %% [markdown]
-# 4. About 1024 (a sum of 1024 products of unit variance); measured within 20 %.
-
-# %%
-assert 0.8 * 1024 < table[(table.d_k == 1024) & ~table.scaled].variance.item() < 1.2 * 1024
+check_masked_softmax(masked_softmax)

@@ -362,44 +362,54 @@ print("weights on the anti-diagonal:", [round(a, 3) for a in anti.tolist()])
 assert (anti > 0.9).all() and (cross_map.argmax(1) == n - 1 - torch.arange(n)).all()
 
 # %% [markdown]
-# ## Exercises
+# ## Worked examples: edge order and the weights into one query
 #
-# 1. Cross-attention from L = 7 decoder queries to S = 3 encoder keys: how many
-#    edges does the complete bipartite graph have, and how many point into each query?
-# 2. Remove the self-loop `0 -> 0` from the causal graph on 6 nodes. What is
-#    node 0's output row, and why?
-# 3. Shuffle the columns of the causal `edge_index` (the order of the edges).
-#    Do the outputs change? Do the weights, once matched to their edges?
-# 4. In the edge table above, what is the sum of `alpha` over the rows `j -> 4`?
-#
-# ### Answers (each checked)
-#
-# 1. `L S = 21` edges, 3 into each query.
-
-# %%
-bip = ga.graphs.mask_to_edge_index(torch.ones(7, 3, dtype=torch.bool))
-assert bip.size(1) == 21 and torch.bincount(bip[1]).tolist() == [3] * 7
-
-# %% [markdown]
-# 2. Exactly zero: node 0 then has no incoming edge, and a node without
-#    messages aggregates nothing (the layer never adds the self-loop back).
-
-# %%
-no_loop0 = causal[:, ~((causal[0] == 0) & (causal[1] == 0))]
-out0, _ = ga.attention(q, k, v, no_loop0, need_weights=True)
-assert (out0[0] == 0).all() and torch.allclose(out0[1:], out[1:], atol=1e-12)
-
-# %% [markdown]
-# 3. Neither changes: the softmax groups by target and the sum does not care
-#    about order, so results do not depend on edge order.
+# Shuffling the columns of `edge_index` (the order of the edges) changes
+# neither the outputs nor the weights, once matched to their edges: the
+# softmax groups by target and the sum does not care about order. And the
+# weights into each query form a distribution over its incoming edges.
 
 # %%
 perm = torch.randperm(causal.size(1), generator=torch.Generator().manual_seed(3))
 out_p, alpha_p = ga.attention(q, k, v, causal[:, perm], need_weights=True)
 assert torch.allclose(out_p, out, atol=1e-12) and torch.allclose(alpha_p, alpha[perm], atol=1e-12)
+assert abs(table.loc[table["j -> i"].str.endswith("-> 4"), "alpha"].sum() - 1.0) < 1e-12
 
 # %% [markdown]
-# 4. One: the weights into each query form a distribution over its incoming edges.
+# ## Exercises
+#
+# Fill in each `...` and run the cell: the checker under it says whether your
+# answer is right and, if not, what is likely wrong. Solutions are in
+# `notebooks/solutions/02_message_passing.py` (try first).
+#
+# 1. Cross-attention from L = 7 decoder queries to S = 3 encoder keys: build
+#    its `edge_index` (2, E), row 0 = source = key j, row 1 = target = query i.
 
 # %%
-assert abs(table.loc[table["j -> i"].str.endswith("-> 4"), "alpha"].sum() - 1.0) < 1e-12
+from graphattn.exercises import check_bipartite_edges, check_message_passing, check_no_incoming
+
+answer_1 = ...  # your code: the (2, E) edge_index
+check_bipartite_edges(answer_1, num_queries=7, num_keys=3)
+
+# %% [markdown]
+# 2. Remove the self-loop `0 -> 0` from `causal` (the causal graph on 6 nodes
+#    above) and run `ga.attention(q, k, v, ...)` on what is left. What is node
+#    0's output row, and why?
+
+# %%
+answer_2 = ...  # your code: node 0's output row
+check_no_incoming(answer_2)
+
+# %% [markdown]
+# 3. Write attention along the edges yourself: `attend(q, k, v, edge_index)`
+#    with `q` `(L, H, D)` and `k`, `v` `(S, H, D)`. Gather `q_i` and `k_j` per
+#    edge, score `q_i · k_j / sqrt(D)`, normalise over the edges into each
+#    target (`torch_geometric.utils.softmax`), scatter-add `alpha_ij v_j` into
+#    the targets. A query with no incoming edge gets a zero row.
+
+# %%
+def attend(q, k, v, edge_index):
+    return ...  # your code
+
+
+check_message_passing(attend)

@@ -112,7 +112,7 @@ assert (dense - eager_weights).abs().max() < 1e-5
 
 # %%
 it, animal, street = tired.find("it")[0], tired.find("animal")[0], tired.find("street")[0]
-fig = plt.figure(figsize=(14, 3.2))
+fig = plt.figure(figsize=(14, 3.6), layout="constrained")  # room for the title above the panel titles
 images = viz.head_grid(dense, tokens=tired.tokens, query=it, fig=fig)
 
 # %% [markdown]
@@ -353,39 +353,48 @@ assert torch.allclose(it_tired.sum(-1), torch.ones(6), atol=1e-5) and torch.allc
 assert abs(diff.sum(-1)).max() < 1e-5  # both rows are distributions: the differences cancel
 
 # %% [markdown]
-# ## Exercises
+# ## Worked example: the hubs table from the dense weights
 #
-# 1. Which key receives the most attention in the last layer, heads averaged?
-# 2. What share of all of layer 2's attention goes to [CLS]? Compute it from the
-#    dense weights and compare with the hubs table.
-# 3. MiniLM's sentence embedding is the normalised **mean** of the last layer's
-#    token vectors, not the [CLS] vector: check it with
-#    `graphattn.interop.hf.sentence_embeddings`.
-#
-# ### Answers (each checked)
-#
-# 1. [CLS], as in every layer (the hubs table).
-
-# %%
-received_last = dense[-1].mean(0).sum(0)  # (S,): column sums, heads averaged
-assert tired.tokens[int(received_last.argmax())] == "[CLS]"
-
-# %% [markdown]
-# 2. The hubs table's `[CLS] share` of layer 2: the column sum of [CLS] over N.
+# The hubs table's `[CLS] share` of layer 2 is the column sum of [CLS] over N,
+# heads averaged.
 
 # %%
 share_2 = (dense[2].mean(0)[:, 0].sum() / N).item()
 assert abs(share_2 - hubs.loc[2, "[CLS] share"]) < 1e-5
 
 # %% [markdown]
-# 3. The mean of the 16 token vectors, normalised, equals the embedding; the
-#    [CLS] vector alone does not.
+# ## Exercises
+#
+# Fill in each `...` and run the cell: the checker under it says whether your
+# answer is right and, if not, what is likely wrong. Solutions are in
+# `notebooks/solutions/03_real_model.py` (try first).
+#
+# 1. Which token receives the most attention in the last layer, heads
+#    averaged? (`dense[-1]` is `(H, N, N)`, queries on rows; `tired.tokens`.)
+
+# %%
+from graphattn.exercises import check_cls_reads, check_sentence_embedding, check_top_received
+
+answer_1 = ...  # your code: a token, e.g. "animal"
+check_top_received(answer_1, dense[-1], tired.tokens)
+
+# %% [markdown]
+# 2. Many edges lead *from* [CLS] into the other tokens. What does [CLS]'s own
+#    row read? Name the token, other than [CLS] itself, that [CLS] reads most
+#    in the last layer (heads averaged).
+
+# %%
+answer_2 = ...  # your code: a token
+check_cls_reads(answer_2, dense[-1], tired.tokens)
+
+# %% [markdown]
+# 3. MiniLM's sentence embedding (`graphattn.interop.hf.sentence_embeddings`)
+#    is built from the last layer's token vectors `tired.hidden_states[-1]`
+#    `(N, F)`. Rebuild it from them.
 
 # %%
 from graphattn.interop.hf import sentence_embeddings
 
 embedding = sentence_embeddings(model, tokenizer, SENTENCES[:1])[0]
-last = tired.hidden_states[-1]  # (N, F)
-mean_vector = last.mean(0) / last.mean(0).norm()
-assert torch.allclose(embedding, mean_vector, atol=1e-5)
-assert not torch.allclose(embedding, last[0] / last[0].norm(), atol=1e-2)
+answer_3 = ...  # your code: a vector of length F
+check_sentence_embedding(answer_3, tired.hidden_states[-1], embedding)

@@ -187,7 +187,9 @@ assert table.loc["random_8_s0"].mass < table.loc["topk_8"].mass
 # ### The Pareto view
 #
 # Cost (density, log scale) against fidelity, one line per family; the
-# dashed line joins the patterns no other pattern beats on both. On these
+# dashed line joins the patterns no other pattern beats on both. Top-k and the
+# oracles are drawn hollow and dotted, "needs dense scores": they choose their
+# edges from the dense weights, so their density is not what they cost. On these
 # passages the front holds only the dense graph and the weight-chosen rows
 # (top-k and the oracles): no fixed pattern is on it.
 
@@ -207,28 +209,43 @@ print("families on the front:", front_families)
 assert front_families <= {"full", "topk", "oracle top-k"} and "full" in front_families
 
 # %% [markdown]
-# ## Exercises
+# ## Worked example: the causal pattern and its transpose
 #
-# 1. How many edges does `window(1, 1)` have on L = 10 tokens?
-# 2. How many edges does the causal pattern have on L = 16, and what is its density?
-# 3. Is the union of the causal pattern and its transpose (every edge reversed) the full pattern?
-#
-# ### Answers (each checked)
-#
-# 1. `3 L - 2 = 28`: three keys per query, minus one at each end.
-
-# %%
-assert P.window(1, 1).edge_index(10).size(1) == 3 * 10 - 2 == 28
-
-# %% [markdown]
-# 2. `L (L + 1) / 2 = 136` edges, density `136 / 256 = 0.53`.
-
-# %%
-assert P.causal().edge_index(16).size(1) == 136 and abs(P.stats(P.causal(), 16)["density"] - 136 / 256) < 1e-12
-
-# %% [markdown]
-# 3. Yes: every pair `(j, i)` has `j <= i` or `i <= j`.
+# The union of the causal pattern and its transpose (every edge reversed) is
+# the full pattern: every pair `(j, i)` has `j <= i` or `i <= j`.
 
 # %%
 causal16 = P.causal().mask(16)
 assert (causal16 | causal16.T).equal(P.full().mask(16))
+
+# %% [markdown]
+# ## Exercises
+#
+# Fill in each `...` and run the cell: the checker under it says whether your
+# answer is right and, if not, what is likely wrong. Solutions are in
+# `notebooks/solutions/04_dense_vs_sparse.py` (try first).
+#
+# 1. How many edges does `window(1, 1)` have on L = 10 tokens? Count them by
+#    reasoning first, then with `P.window(1, 1)`.
+
+# %%
+from graphattn.exercises import check_causal_density, check_sliding_window, check_window_edges
+
+answer_1 = ...  # your code: an int
+check_window_edges(answer_1, length=10)
+
+# %% [markdown]
+# 2. What is the density (edges / L^2) of the causal pattern on L = 16?
+
+# %%
+answer_2 = ...  # your code: a float in [0, 1]
+check_causal_density(answer_2, length=16)
+
+# %% [markdown]
+# 3. Build, without `graphattn.patterns`, the `edge_index` (2, E) of causal
+#    local attention on L = 8 tokens: each token reads itself and the 2
+#    tokens before it. Row 0 = source = key j, row 1 = target = query i.
+
+# %%
+answer_3 = ...  # your code: a (2, E) tensor
+check_sliding_window(answer_3, length=8, past=2)

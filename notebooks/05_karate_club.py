@@ -225,37 +225,38 @@ for layer in ("AttentionConv", "GATConv", "TransformerConv"):
 assert (runs[runs.inputs != "constant"].spread > 1.0).all()
 
 # %% [markdown]
-# ## Exercises
+# ## Worked example: constant inputs
 #
-# 1. How many edges does `AttentionConv` attend along in `Net`, and why not 156?
-# 2. Relabel the 34 members with a random permutation (features, edges and
-#    labels together). Does an untrained `AttentionConv` layer give the
-#    relabelled outputs?
-# 3. With constant inputs, why is every node's output the same?
-#
-# ### Answers (each checked)
-#
-# 1. 190: the 156 directed friendships plus the 34 self-loops we added to the graph.
-
-# %%
-assert EDGES_WITH_SELF.size(1) == 156 + 34
-
-# %% [markdown]
-# 2. Yes: attention along a graph is permutation-equivariant (notebook 6 measures it too).
-
-# %%
-torch.manual_seed(0)
-layer = ga.AttentionConv(34, 8, heads=2)
-perm = torch.randperm(34)
-inverse = torch.empty_like(perm)
-inverse[perm] = torch.arange(34)
-with torch.no_grad():
-    relabelled = layer(data.x[perm], inverse[EDGES_WITH_SELF])
-    assert torch.allclose(relabelled, layer(data.x, EDGES_WITH_SELF)[perm], atol=1e-6)
-
-# %% [markdown]
-# 3. Equal inputs give equal queries, keys and values; any weighted average of
-#    equal values is that value. Measured above as the spread of the outputs:
+# With constant inputs every node's output is the same: equal inputs give
+# equal queries, keys and values, and any weighted average of equal values is
+# that value. Measured above as the spread of the outputs:
 
 # %%
 assert (runs[runs.inputs == "constant"].spread < 1e-5).all()
+
+# %% [markdown]
+# ## Exercises
+#
+# Fill in each `...` and run the cell: the checker under it says whether your
+# answer is right and, if not, what is likely wrong. Solutions are in
+# `notebooks/solutions/05_karate_club.py` (try first).
+#
+# 1. How many edges does `AttentionConv` attend along in `Net`?
+
+# %%
+from graphattn.exercises import check_karate_edges, check_relabelled_edges
+
+answer_1 = ...  # your code: an int
+check_karate_edges(answer_1)
+
+# %% [markdown]
+# 2. Relabel the 34 members with the permutation `perm` below: the new node
+#    `n` holds the old node `perm[n]` (features `data.x[perm]`). Renumber
+#    `EDGES_WITH_SELF` to match. Then check that an untrained `AttentionConv`
+#    gives the relabelled outputs (attention along a graph is
+#    permutation-equivariant).
+
+# %%
+perm = torch.randperm(34, generator=torch.Generator().manual_seed(0))
+answer_2 = ...  # your code: the renumbered (2, E) edge_index
+check_relabelled_edges(answer_2, EDGES_WITH_SELF, perm)

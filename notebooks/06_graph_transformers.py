@@ -96,6 +96,23 @@ order_dot = weights["AttentionConv"].argsort(1, descending=True)
 assert (order_gat == order_gat[0]).all() and not (order_dot == order_dot[0]).all()
 
 # %% [markdown]
+# **Static per head.** The ranking is fixed *per head*: each head has its own
+# `a_src`, so a multi-head GAT has one static ranking per head, and heads can
+# disagree. Concatenated or averaged heads therefore still read different keys
+# for the different heads, but no head can rank the keys differently for two
+# queries. Measured with four heads:
+
+# %%
+gat4 = GATConv(F, F, heads=4, add_self_loops=False)
+with torch.no_grad():
+    _, (ei4, alpha4) = gat4(x, complete, return_attention_weights=True)
+dense4 = ga.graphs.edge_weights_to_dense(ei4, alpha4, (N, N))  # (H, N, N)
+top_per_head = [sorted(set(dense4[h].argmax(1).tolist())) for h in range(4)]
+print("top key of the 12 queries, per head:", top_per_head)
+assert all(len(t) == 1 for t in top_per_head)  # static within each head
+assert len({t[0] for t in top_per_head}) > 1  # but the heads disagree
+
+# %% [markdown]
 # ## Permutation equivariance: the layer sees a set
 #
 # Renumber the nodes with a permutation `P` (and the edges with them): the
@@ -230,8 +247,8 @@ assert shift_rel < 1e-12 and shift_abs > 1e-3
 # Graphormer (Ying et al. 2021) lets every node attend to every node of the
 # graph (the complete graph on its nodes) and adds to the score of `(j, i)` a
 # learned scalar `b_phi(i, j)` indexed by the shortest-path distance
-# `phi(i, j)` between them: the graph's structure enters *only* through
-# `edge_bias`. On Zachary's karate club (34 members, 78 friendships), with a
+# `phi(i, j)` between them. Its other structural terms (centrality, edge
+# encoding, the virtual node) come in the next section. On Zachary's karate club (34 members, 78 friendships), with a
 # bias table that falls by one per hop (as a trained table might), attention
 # moves towards the graph neighbourhood although every pair is an edge: the
 # share a node puts on itself and its friends about triples, and the mean
@@ -272,61 +289,131 @@ dense_spatial = ga.graphs.edge_weights_to_dense(all_pairs, alpha_spatial, (n_k, 
 top = float(max(dense_plain.max(), dense_spatial.max()))
 viz.attention_heatmap(dense_plain, ax=axes[0], vmin=0, vmax=top, title="complete graph, no bias", colorbar=False)
 image = viz.attention_heatmap(dense_spatial, ax=axes[1], vmin=0, vmax=top, title="+ spatial encoding b(phi(i, j))")
+friends = torch.tensor(list(karate.edges())).T  # (2, 78) undirected: mark both directions
+for ax in axes:  # the graph's own edges (friendships), drawn over the complete graph's weights
+    ax.scatter(torch.cat([friends[0], friends[1]]), torch.cat([friends[1], friends[0]]), s=6, marker="o",
+               facecolors="none", edgecolors="white", linewidths=0.6, label="friendship (graph edge)")
+axes[1].legend(loc="lower left", fontsize=7, framealpha=0.8)
 
 # %% [markdown]
-# ## A GraphGPS-style layer
+# ## Graphormer completed: centrality, edge encoding, the virtual node
+#
+# Graphormer adds three more structural terms to the spatial encoding:
+#
+# - **centrality encoding**: a learned vector per degree, `z_deg(i)`, added to
+#   node i's features before the first layer (a node feature);
+# - **edge encoding**: for each pair, the mean over the edges of a shortest
+#   path from i to j of `w · e` (a learned dot product with the edge
+#   features), added to the score like the spatial term (an edge bias);
+# - a **virtual node** joined to every node, with its own learned spatial
+#   bias; its output is the graph's representation, the [CLS] analogue.
+#
+# All three are ordinary graph-attention inputs: node features and an
+# `edge_bias` on the complete graph of n + 1 nodes. Here on the karate club,
+# whose edges carry a weight (the number of interactions), with one
+# untrained set of these parameters.
+
+# %%
+degree = torch.tensor([d for _, d in karate.degree()])  # (N,)
+centrality = nn.Embedding(int(degree.max()) + 1, F)  # z_deg
+edge_weight = {frozenset(e): float(w) for *e, w in karate.edges(data="weight")}
+w_edge = 0.5  # the learned w of a 1-d edge feature
+paths = dict(nx.all_pairs_shortest_path(karate))
+edge_term = torch.tensor([[sum(edge_weight[frozenset(p)] for p in zip(paths[i][j], paths[i][j][1:]))
+                           / max(len(paths[i][j]) - 1, 1) * w_edge if i != j else 0.0
+                           for j in range(n_k)] for i in range(n_k)])  # (N, N) query i, key j
+virtual = n_k  # node index of the virtual node
+n_v = n_k + 1
+all_v = ga.patterns.full().edge_index(n_v)  # (2, (N + 1)^2)
+src, dst = all_v
+is_virtual = (src == virtual) | (dst == virtual)  # (E,)
+b_virtual = torch.tensor(-1.0)  # the virtual node's own learned spatial bias
+spatial = torch.where(is_virtual, b_virtual, bias_table[hops[dst.clamp(max=n_k - 1), src.clamp(max=n_k - 1)]])
+edge_enc = torch.where(is_virtual, 0.0, edge_term[dst.clamp(max=n_k - 1), src.clamp(max=n_k - 1)])
+with torch.no_grad():
+    nodes = torch.cat([features + centrality(degree), torch.zeros(1, F)])  # (N + 1, F); the virtual node starts at 0
+    out_v, (_, alpha_v) = graphormer(nodes, all_v, edge_bias=spatial + edge_enc, return_attention_weights=True)
+graph_vector = out_v[virtual]  # (F,) the readout: the virtual node's output
+reads = ga.graphs.edge_weights_to_dense(all_v, alpha_v, (n_v, n_v))[0][virtual]  # (N + 1,) what it reads
+print(f"the virtual node reads all {n_k} members and itself (weights sum {reads.sum():.3f}); "
+      f"edge encoding range {edge_term.min():.2f} .. {edge_term.max():.2f}")
+assert abs(reads.sum().item() - 1) < 1e-5 and (reads > 0).all()
+assert nx.shortest_path_length(karate, 0, 33) > 1  # far apart in the graph, one hop via the virtual node
+assert edge_term[0, 1] == w_edge * karate[0][1]["weight"]  # a friendship's own weight
+
+# %% [markdown]
+# The virtual node is one hop from everyone: any two members are at most two
+# hops apart through it, which is how Graphormer (and MPNNs with a virtual
+# node) pass information across the whole graph; [CLS] plays the same role in
+# a sentence.
+
+# %% [markdown]
+# ## A GraphGPS-style layer, on a task where global attention matters
 #
 # GraphGPS (Rampášek et al. 2022) runs, in every layer, a **local** message
 # passing step along the graph's own edges and a **global** attention step over
-# all node pairs *of the same graph*, adds both to the input, and applies an MLP.
-# In a batch of graphs the global step must not mix graphs: its edge list is the
-# disjoint union of one complete graph per graph, which is what
-# `graphs.batch_sequences(lengths, patterns.full())` builds from the graph sizes.
+# all node pairs *of the same graph*, adds both, and applies an MLP. In a batch
+# of graphs the global step must not mix graphs: its edge list is the disjoint
+# union of one complete graph per graph (`graphs.batch_sequences(lengths,
+# patterns.full())`).
 #
-# The dataset (offline, generated with networkx): 240 graphs of 12 to 24 nodes,
-# half Watts–Strogatz small worlds (`k = 4`, `p = 0.2`), half Barabási–Albert
-# graphs (`m = 2`), about the same number of edges; node features are one-hot
-# degrees. Task: tell the two families apart.
+# The task (generated offline) needs reach: each graph is a path of 16 to 24
+# nodes. Node 0, at one end, is the *query*; one *key* node, at least 8 hops
+# away, carries a colour (red or blue), and four distractor nodes carry random
+# colours too. The label, read out at node 0, is the key's colour. Two local
+# layers see 2 hops: they cannot reach the key. Global attention can, if its
+# queries and keys learn to match "query" with "key" among the distractors.
+# The degree histogram (the same for every path of a given length) says
+# nothing about the colour: a degree-only baseline is the floor.
 
 # %%
 from torch_geometric.data import Batch, Data
-from torch_geometric.nn import global_mean_pool
 from torch_geometric.utils import from_networkx
 
-MAX_DEGREE = 12
+FEATURES = 4  # is_query, is_key, red, blue
 
 
-def make_graph(kind, n, seed):
-    g = nx.watts_strogatz_graph(n, 4, 0.2, seed=seed) if kind == 0 else nx.barabasi_albert_graph(n, 2, seed=seed)
-    data = from_networkx(g)
-    degree = torch.tensor([d for _, d in g.degree()]).clamp(max=MAX_DEGREE)
-    return Data(x=nn.functional.one_hot(degree, MAX_DEGREE + 1).float(), edge_index=data.edge_index,
-                y=torch.tensor([kind]))
+def make_graph(seed):
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(16, 25, (1,), generator=g))
+    x = torch.zeros(n, FEATURES)
+    x[0, 0] = 1  # the query node, at one end of the path
+    key = int(torch.randint(8, n, (1,), generator=g))  # at least 8 hops away
+    colour = int(torch.randint(0, 2, (1,), generator=g))
+    x[key, 1], x[key, 2 + colour] = 1, 1
+    for k in [k for k in torch.randperm(n, generator=g).tolist() if k not in (0, key)][:4]:
+        x[k, 2 + int(torch.randint(0, 2, (1,), generator=g))] = 1  # distractors: coloured, not the key
+    return Data(x=x, edge_index=from_networkx(nx.path_graph(n)).edge_index, y=torch.tensor([colour]), num_nodes=n)
 
 
-sizes = torch.randint(12, 25, (240,), generator=gen).tolist()
-dataset = [make_graph(k % 2, n, seed=k) for k, n in enumerate(sizes)]
+dataset = [make_graph(seed) for seed in range(240)]
 train_set, test_set = dataset[:160], dataset[160:]
+test_batch = Batch.from_data_list(test_set)
 
 
 class GPSLayer(nn.Module):
-    def __init__(self, dim, heads=2):
+    def __init__(self, dim, mode, heads=2):
         super().__init__()
+        self.mode = mode  # "local", "global" or "both"
         self.local = GINConv(nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim)))
         self.glob = ga.AttentionConv(dim, dim, heads=heads)
         self.norm_local, self.norm_glob, self.norm_out = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, dim))
 
     def forward(self, x, edge_index, global_index):
-        h = self.norm_local(x + self.local(x, edge_index)) + self.norm_glob(x + self.glob(x, global_index))
+        h = 0
+        if self.mode in ("local", "both"):
+            h = h + self.norm_local(x + self.local(x, edge_index))
+        if self.mode in ("global", "both"):
+            h = h + self.norm_glob(x + self.glob(x, global_index))
         return self.norm_out(h + self.mlp(h))
 
 
 class GPS(nn.Module):
-    def __init__(self, dim=32, depth=2):
+    def __init__(self, mode, dim=32, depth=2):
         super().__init__()
-        self.embed = nn.Linear(MAX_DEGREE + 1, dim)
-        self.layers = nn.ModuleList(GPSLayer(dim) for _ in range(depth))
+        self.embed = nn.Linear(FEATURES, dim)
+        self.layers = nn.ModuleList(GPSLayer(dim, mode) for _ in range(depth))
         self.head = nn.Linear(dim, 2)
 
     def forward(self, batch):
@@ -336,35 +423,84 @@ class GPS(nn.Module):
         h = self.embed(batch.x)
         for layer in self.layers:
             h = layer(h, batch.edge_index, global_index)
-        return self.head(global_mean_pool(h, batch.batch))
+        return self.head(h[batch.ptr[:-1]])  # read out at each graph's query node
 
 
-torch.manual_seed(0)
-gps = GPS()
-optimizer = torch.optim.Adam(gps.parameters(), lr=3e-3)
-order = torch.Generator().manual_seed(0)
-start = time.perf_counter()
-for epoch in range(15):
-    for idx in torch.randperm(len(train_set), generator=order).split(32):
-        batch = Batch.from_data_list([train_set[k] for k in idx.tolist()])
-        loss = nn.functional.cross_entropy(gps(batch), batch.y)
+def train(mode, seed, epochs=20):
+    torch.manual_seed(seed)
+    model = GPS(mode)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    order = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(train_set), generator=order).split(32):
+            batch = Batch.from_data_list([train_set[k] for k in idx.tolist()])
+            loss = nn.functional.cross_entropy(model(batch), batch.y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        return model, (model(test_batch).argmax(1) == test_batch.y).float().mean().item()
+
+
+def degree_histogram(data):
+    degree = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+    return torch.bincount(degree, minlength=3)[:3].float() / data.num_nodes  # paths: degrees 1 and 2
+
+
+def degree_baseline(seed, epochs=300):
+    torch.manual_seed(seed)
+    model = nn.Linear(3, 2)  # logistic regression on the degree histogram, no edges, no attention
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    xs, ys = torch.stack([degree_histogram(d) for d in train_set]), torch.cat([d.y for d in train_set])
+    for _ in range(epochs):
+        loss = nn.functional.cross_entropy(model(xs), ys)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-seconds = time.perf_counter() - start
-gps.eval()
-with torch.no_grad():
-    test_batch = Batch.from_data_list(test_set)
-    accuracy = (gps(test_batch).argmax(1) == test_batch.y).float().mean().item()
-print(f"trained in {seconds:.1f} s, test accuracy {accuracy:.3f} on {len(test_set)} graphs")
+    with torch.no_grad():
+        xt = torch.stack([degree_histogram(d) for d in test_set])
+        return (model(xt).argmax(1) == test_batch.y).float().mean().item()
 
-# %% [markdown]
-# Measured: the layer learns the task (chance is 0.5). And the global step
-# stays inside each graph: changing every feature of the last test graph
-# leaves the predictions for all other graphs unchanged.
+
+SEEDS = (0, 1, 2)
+start = time.perf_counter()
+runs = [dict(model="degree histogram only", seed=s, accuracy=degree_baseline(s)) for s in SEEDS]
+models = {}
+for mode in ("local", "global", "both"):
+    for s in SEEDS:
+        models[mode, s], accuracy = train(mode, s)
+        runs.append(dict(model=f"GPS, {mode}", seed=s, accuracy=accuracy))
+runs = pd.DataFrame(runs)
+ablation = runs.groupby("model", sort=False).accuracy.agg(["mean", "std", "min", "max"])
+print(f"{len(runs)} runs in {time.perf_counter() - start:.0f} s; test accuracy over seeds {SEEDS} "
+      f"({len(test_set)} test graphs, chance 0.5)")
+ablation
 
 # %%
-assert accuracy > 0.85
+fig, ax = plt.subplots(figsize=(6, 2.8), layout="constrained")
+ax.barh(ablation.index, ablation["mean"], xerr=ablation["std"], color="0.7", capsize=4)
+ax.scatter(runs.accuracy, runs.model, color="k", s=12, zorder=3, label="one seed")
+ax.axvline(0.5, color="tab:red", linestyle=":", label="chance")
+ax.set(xlabel="test accuracy (mean, +-1 std over 3 seeds)", xlim=(0, 1.05), title="who can reach the key?")
+ax.invert_yaxis()
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+plt.show()
+
+# %% [markdown]
+# Measured: the degree-only baseline and the local-only model stay near
+# chance (the key is out of reach of two local layers); the global step solves
+# the task, alone or with the local step, by a margin far beyond the spread
+# over seeds. And the global step stays inside each graph: changing every
+# feature of the last test graph leaves the predictions for all other graphs
+# unchanged.
+
+# %%
+best, floor = ablation.loc["GPS, both"], ablation.loc[["degree histogram only", "GPS, local"]]
+assert (best["min"] > floor["max"] + 0.2).all()  # every seed of "both" beats every seed of either floor
+assert best["mean"] - best["std"] > floor["mean"].max() + floor["std"].max()  # beyond the error bars
+assert ablation.loc["GPS, global", "mean"] > 0.9 and ablation.loc["GPS, local", "mean"] < 0.65
+gps = models["both", 0]
 with torch.no_grad():
     changed = test_batch.clone()
     changed.x = changed.x.clone()
@@ -377,50 +513,13 @@ assert global_index.size(1) == sum(n * n for n in lengths)
 assert (test_batch.batch[global_index[0]] == test_batch.batch[global_index[1]]).all()
 
 # %% [markdown]
-# ## Exercises
+# ## Worked example: a bias per edge or per position
 #
-# 1. GAT is static: for a fixed GATConv, which key does *every* query rank
-#    first on the complete graph? Compute it without running the layer, from
-#    `att_src` and the projected features.
-# 2. How many edges does GraphGPS's global step have for graphs of 12, 20 and
-#    7 nodes? And the complete graph on their 39 nodes?
-# 3. Which `edge_bias` turns full attention into causal attention exactly?
-# 4. Is AttentionConv with an ALiBi bias still permutation-equivariant if you
-#    permute the nodes but keep the bias of each *edge*? And if the bias is
-#    recomputed from the new node numbers?
-#
-# ### Answers (each checked)
-#
-# 1. The key with the largest `a_src · W x_j`: the query term is the same for
-#    all keys of a row, and LeakyReLU and softmax keep the order.
-
-# %%
-gat = layers["GATConv"]
-with torch.no_grad():
-    source_score = (gat.lin(x) * gat.att_src.reshape(1, -1)).sum(-1)  # (N,): a_src · W x_j
-assert (weights["GATConv"].argmax(1) == source_score.argmax()).all()
-
-# %% [markdown]
-# 2. `12^2 + 20^2 + 7^2 = 593` edges, against `39^2 = 1521` for one complete graph.
-
-# %%
-assert ga.graphs.batch_sequences([12, 20, 7], ga.patterns.full())[0].size(1) == 593 == 12**2 + 20**2 + 7**2
-
-# %% [markdown]
-# 3. `-inf` on every edge `(j, i)` with `j > i` and 0 elsewhere: those edges get
-#    weight exactly 0, the same as removing them.
-
-# %%
-causal_bias = torch.where(full_L[0] > full_L[1], float("-inf"), 0.0).double()  # (E,)
-with torch.no_grad():
-    y_masked = conv2(tokens[:L], full_L, edge_bias=causal_bias)
-    y_causal = conv2(tokens[:L], ga.patterns.causal().edge_index(L))
-assert torch.allclose(y_masked, y_causal, atol=1e-12)
-
-# %% [markdown]
-# 4. Keeping each edge's bias: yes, it is just another edge feature that moves
-#    with its edge. Recomputing `|i - j|` from the new numbers: no, the bias is
-#    then a function of the positions, which is exactly how it breaks the symmetry.
+# Is AttentionConv with an ALiBi bias still permutation-equivariant if you
+# permute the nodes but keep the bias of each *edge*? Yes: it is another edge
+# feature that moves with its edge. Recomputing `|i - j|` from the new node
+# numbers: no, the bias is then a function of the positions, which is exactly
+# how it breaks the symmetry.
 
 # %%
 p = torch.randperm(L, generator=gen)
@@ -433,3 +532,38 @@ with torch.no_grad():
     y_recomputed = conv2(tokens[:L][p], full_L, edge_bias=alibi)
 assert torch.allclose(y_kept, y0[p], atol=1e-12)
 assert not torch.allclose(y_recomputed, y0[p], atol=1e-6)
+
+# %% [markdown]
+# ## Exercises
+#
+# Fill in each `...` and run the cell: the checker under it says whether your
+# answer is right and, if not, what is likely wrong. Solutions are in
+# `notebooks/solutions/06_graph_transformers.py` (try first).
+#
+# 1. GAT ranks keys statically, *per head*: for the fixed `GATConv`
+#    `layers["GATConv"]`, which key does every query rank first on the
+#    complete graph? Compute it from `att_src` and the projected features
+#    `gat.lin(x)`, without running the layer (one key per head).
+
+# %%
+from graphattn.exercises import check_causal_bias, check_gat_first_key, check_global_edges
+
+gat = layers["GATConv"]
+answer_1 = ...  # your code: one key index per head
+check_gat_first_key(answer_1, gat, x)
+
+# %% [markdown]
+# 2. How many edges does GraphGPS's global step have for a batch of graphs
+#    of 12, 20 and 7 nodes?
+
+# %%
+answer_2 = ...  # your code: an int
+check_global_edges(answer_2, sizes=(12, 20, 7))
+
+# %% [markdown]
+# 3. Which `edge_bias` (one value per edge of `full_L`) turns full attention
+#    into causal attention exactly?
+
+# %%
+answer_3 = ...  # your code: a (E,) tensor
+check_causal_bias(answer_3, full_L)

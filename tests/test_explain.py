@@ -77,7 +77,8 @@ def test_compare_figure_one_scale_diverging_difference(layers):
         images = [ax.images[0] for ax in fig.axes if ax.images]
         assert len(images) == 3
         clims = [c for im in images for c in im.get_clim()]
-        assert clims == pytest.approx([0.0, 0.8, 0.0, 0.8, -0.8, 0.8])  # one scale; the difference centred at 0
+        spread = (rows[0] - rows[1]).abs().max().item()  # 0.4: the difference on its own symmetric scale
+        assert clims == pytest.approx([0.0, 0.8, 0.0, 0.8, -spread, spread])  # both sentences on one scale
         assert images[2].get_cmap().name.startswith("RdBu")
         torch.testing.assert_close(torch.tensor(images[2].get_array().data), (rows[0] - rows[1]).double())
         torch.testing.assert_close(torch.tensor(images[0].get_array().data), rows[0].double())  # row 0 on top

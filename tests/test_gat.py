@@ -165,3 +165,22 @@ def test_scored_attention_refuses_bad_scores():
         ga.ops.scored_attention(torch.zeros(2, 2), value, edge_index, -1)
     out, _ = ga.ops.scored_attention(torch.zeros(2, 2), value, edge_index, 4)
     assert torch.equal(out[0], torch.zeros(2, 3)) and torch.equal(out[3], torch.zeros(2, 3))  # no in-edges: 0
+
+
+@pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)
+def test_compiled_on_sampled_batches_of_changing_size_does_not_recompile_per_size(pyg_cls, ga_cls, convert):
+    """A fresh sampled batch each step (NeighborLoader): after the first size change the graphs are dynamic."""
+    compiled = []
+
+    def backend(gm, example_inputs):  # counts the graphs dynamo hands over
+        compiled.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    conv = torch.compile(ga_cls(8, 4, heads=2), backend=backend)
+    sizes = []
+    for n in (30, 27, 33, 41, 29):
+        edge_index = torch.randint(0, n, (2, 3 * n))
+        conv(torch.randn(n, 8), edge_index).sum().backward()
+        sizes.append(len(compiled))
+    assert sizes[-1] == sizes[1], sizes  # no new graph after the second size

@@ -1,10 +1,9 @@
-"""PyG's own tests (test_transformer_conv, explain/algorithm/*) ported to ``graphattn.TransformerConv``.
+"""PyG's own explainer tests (explain/algorithm/*) ported to ``graphattn.TransformerConv``.
 
 Where PyG's tests check shapes and ranges, these also check the numbers:
 every explanation equals the one PyG computes for ``torch_geometric.nn.TransformerConv``
-with the same weights. Documented differences: ``repr`` prints every
-non-default argument (PyG prints only sizes and heads); there is no
-``jittable``/TorchScript and no ``_alpha`` attribute.
+with the same weights. PyG's layer tests (test_transformer_conv, test_gat_conv,
+test_gatv2_conv) are restated in ``tests/test_pyg_restated.py``.
 """
 
 import pytest
@@ -22,26 +21,6 @@ X = torch.randn(8, 3, generator=torch.Generator().manual_seed(1))
 EDGE_INDEX = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7],
                            [1, 0, 2, 1, 3, 2, 4, 3, 5, 4, 6, 5, 7, 6]])
 BATCH = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])
-
-
-# -- test/nn/conv/test_transformer_conv.py ---------------------------------------------------------
-
-def test_transformer_conv_port():
-    x1, x2 = torch.randn(4, 8), torch.randn(2, 16)
-    edge_index = torch.tensor([[0, 1, 2, 3], [0, 0, 1, 1]])
-    conv = ga.TransformerConv(8, 32, heads=2, beta=True)
-    assert str(conv) == "TransformerConv(8, 32, heads=2, beta=True)"  # PyG: 'TransformerConv(8, 32, heads=2)'
-    out = conv(x1, edge_index)
-    assert out.size() == (4, 64)
-    assert torch.allclose(conv(x1, to_torch_csc_tensor(edge_index, size=(4, 4)).t()), out, atol=1e-6)
-    result = conv(x1, edge_index, return_attention_weights=True)
-    assert torch.allclose(result[0], out)
-    assert result[1][0].size() == (2, 4) and result[1][1].size() == (4, 2)
-    assert result[1][1].min() >= 0 and result[1][1].max() <= 1
-    conv = ga.TransformerConv((8, 16), 32, heads=2, beta=True)
-    out = conv((x1, x2), edge_index)
-    assert out.size() == (2, 64)
-    assert torch.allclose(conv((x1, x2), to_torch_csc_tensor(edge_index, size=(4, 2)).t()), out, atol=1e-6)
 
 
 # -- models: the same network on graphattn's layer and on PyG's -------------------------------------

@@ -5,7 +5,7 @@
 - ``import graphattn`` loads nothing heavy (transformers, matplotlib, pandas);
 - the README starts with its two set-up commands, CI runs the second, and
   every path its layout table names exists;
-- there are six notebooks, numbered 01 to 06.
+- there are eight notebooks, numbered 01 to 08.
 """
 
 import re
@@ -108,9 +108,9 @@ def test_readme_layout_table_names_existing_paths():
     assert not missing, f"the README's layout table names paths that do not exist: {missing}"
 
 
-def test_there_are_six_notebooks():
+def test_there_are_eight_notebooks():
     notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
-    assert [p.stem[:2] for p in notebooks] == ["01", "02", "03", "04", "05", "06"]
+    assert [p.stem[:2] for p in notebooks] == ["01", "02", "03", "04", "05", "06", "07", "08"]
 
 
 def test_version_is_written_once_and_the_changelog_names_it():

@@ -118,10 +118,10 @@ def test_fused_projections_leave_hooks_on_the_linears_working():
     assert seen == [(9, 8)]
 
 
-def test_repr_prints_the_constructor_call():
+def test_repr_is_pygs():
     assert repr(ga.TransformerConv(8, 32, heads=2)) == "TransformerConv(8, 32, heads=2)"
-    assert repr(ga.TransformerConv((8, 16), 4, heads=1, beta=True, edge_dim=3, concat=False, dropout=0.1)) == \
-        "TransformerConv((8, 16), 4, heads=1, concat=False, beta=True, dropout=0.1, edge_dim=3)"
+    conv = PyGTransformerConv((8, 16), 4, heads=1, beta=True, edge_dim=3, concat=False, dropout=0.1)
+    assert repr(ga.TransformerConv.from_transformer_conv(conv)) == repr(conv) == "TransformerConv((8, 16), 4, heads=1)"
 
 
 def transposed(layout, edge_index, S, L):
@@ -268,11 +268,11 @@ def test_refusals():
     with pytest.raises(ValueError, match="'edge_attr'"):
         ga.TransformerConv(4, 2)(x, edge_index, torch.randn(2, 3))
     with pytest.raises(TypeError, match="'return_attention_weights'"):
-        conv(x, edge_index, torch.randn(2, 3), return_attention_weights=None)
+        conv(x, edge_index, torch.randn(2, 3), return_attention_weights="yes")
     with pytest.raises(ValueError, match="x_src, None"):
         ga.TransformerConv(4, 2)((x, None), edge_index)
-    with pytest.raises(ValueError, match="'aggr'"):
-        ga.TransformerConv(4, 2, aggr="mean")
+    with pytest.raises(ValueError, match="'flow'"):
+        ga.TransformerConv(4, 2, flow="target_to_source")
     with pytest.raises(ValueError, match="'heads'"):
         ga.TransformerConv(4, 2, heads=0)
     with pytest.raises(ValueError, match=r"^Expected 'edge_attr' to be None .*\(got list\)"):

@@ -144,6 +144,18 @@ def test_pareto_front_and_series(ax):
         viz.pareto([dict(family="a", density=0.1)], ax=ax)
 
 
+def test_pareto_marks_families_that_need_dense_scores(ax):
+    rows = [dict(family="window", density=0.2, fidelity=0.8), dict(family="topk", density=0.2, fidelity=0.9),
+            dict(family="oracle top-k", density=0.3, fidelity=0.95), dict(family="full", density=1.0, fidelity=1.0)]
+    lines = viz.pareto(rows, ax=ax)
+    assert [ln.get_label() for ln in lines] == ["window", "topk (needs dense scores)",
+                                                "oracle top-k (needs dense scores)", "full", "Pareto front"]
+    assert [ln.get_linestyle() for ln in lines[:4]] == ["-", ":", ":", "-"]
+    assert lines[1].get_markerfacecolor() == "none" and lines[0].get_markerfacecolor() != "none"
+    lines = viz.pareto(rows, ax=ax, needs_dense=["window"])  # explicit: only those named
+    assert [ln.get_label() for ln in lines[:2]] == ["window (needs dense scores)", "topk"]
+
+
 def test_pareto_accepts_dataframe(ax):
     pd = pytest.importorskip("pandas")
     df = pd.DataFrame(dict(family=["a", "a"], density=[0.5, 0.1], fidelity=[0.9, 0.2]))

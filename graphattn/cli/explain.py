@@ -3,7 +3,8 @@
 Without ``--compare`` it writes three PNG files (one layer and head, the
 layers x heads grid, the token's row in every head); with ``--compare`` two:
 the token's head-averaged row per layer in both sentences and their
-difference, and the same for every head, all on one colour scale.
+difference, and the same for every head: both sentences on one colour scale,
+the difference on its own symmetric scale (+- its largest change).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="which occurrence of WORD, counting from 1 (default: 1)")
     parser.add_argument("--compare", default=None, metavar="SENTENCE",
                         help="a second sentence with as many tokens as TEXT (a minimal pair): print both, "
-                             "draw both rows of WORD and their difference on one colour scale")
+                             "draw both rows of WORD on one colour scale and their difference on its own")
     parser.add_argument("--keys", nargs="+", default=(), metavar="KEY",
                         help="with --compare: print the per-layer table of WORD -> KEY (heads averaged) "
                              "in both sentences; KEY as WORD (the@7, and '[CLS]', quoted in a shell)")
@@ -132,7 +133,10 @@ def _plot_compare(result: dict, out: Path) -> list[Path]:
 
 
 def _three_panels(rows, row_labels, col_labels, names, query_label: str, what: str, layers: int = 0):
-    """Sentence A, sentence B and A - B on one scale: ``[0, top]``, and ``[-top, top]`` (diverging) for A - B.
+    """Sentence A and B on one scale ``[0, top]``; A - B on its own symmetric scale ``[-d, d]``, d = max |A - B|.
+
+    The difference gets its own scale: on the weights' scale, changes of a few
+    hundredths would vanish in a colour bar that runs to the largest weight.
 
     ``layers`` > 0: the rows are layers x heads, drawn side by side with a line
     between layers; else the rows are layers, stacked with each value written in its cell.
@@ -144,6 +148,7 @@ def _three_panels(rows, row_labels, col_labels, names, query_label: str, what: s
 
     num_rows, num_keys = rows.shape[1:]  # rows: (2, R, N)
     top = float(rows.max())
+    spread = float((rows[0] - rows[1]).abs().max()) or 1e-12  # the difference's own symmetric scale
     if layers:
         fig, axes = plt.subplots(1, 3, figsize=(3 * (0.35 * num_keys + 1.5) + 2, 0.14 * num_rows + 2.5),
                                  layout="constrained")
@@ -153,11 +158,12 @@ def _three_panels(rows, row_labels, col_labels, names, query_label: str, what: s
     panels = (rows[0], rows[1], rows[0] - rows[1])  # (R, N) each
     titles = (f"{names[0]}: what {query_label!r} reads", f"{names[1]}: what {query_label!r} reads",
               f"difference {names[0]} - {names[1]}")
-    scales = ((0.0, False, ""), (0.0, False, ""), (-top, True, f"difference ({names[0]} - {names[1]})"))
+    scales = ((0.0, top, False, ""), (0.0, top, False, ""),
+              (-spread, spread, True, f"difference ({names[0]} - {names[1]}), own scale"))
     images = []
-    for ax, data, labels, title, cmap, (low, bar, label) in zip(axes, panels, col_labels, titles,
-                                                               ("viridis", "viridis", DIVERGING), scales):
-        images.append(viz.attention_heatmap(data, row_labels, labels, ax=ax, cmap=cmap, vmin=low, vmax=top,
+    for ax, data, labels, title, cmap, (low, high, bar, label) in zip(axes, panels, col_labels, titles,
+                                                                     ("viridis", "viridis", DIVERGING), scales):
+        images.append(viz.attention_heatmap(data, row_labels, labels, ax=ax, cmap=cmap, vmin=low, vmax=high,
                                             title=title, annotate=not layers, colorbar=bar, label=label,
                                             max_labels=max(num_rows, num_keys)))
         ax.set_ylabel(f"{'layer, head' if layers else 'layer'} (query {query_label!r})")
@@ -165,7 +171,7 @@ def _three_panels(rows, row_labels, col_labels, names, query_label: str, what: s
         for ell in range(1, layers):
             ax.axhline(ell * num_rows / layers - 0.5, color="w" if cmap == "viridis" else "0.3", lw=0.6)
     fig.colorbar(images[1], ax=list(axes[:2]), label="attention weight", shrink=0.9)  # one bar for both sentences
-    fig.suptitle(f"what {query_label!r} reads, {what}: both sentences and their difference on one scale "
-                 f"(each row sums to 1 over the keys)")
+    fig.suptitle(f"what {query_label!r} reads, {what}: both sentences on one scale (each row sums to 1 over the "
+                 f"keys), their difference on its own scale +-{spread:.3f}")
     return fig
 

@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scores", type=float, nargs="+", default=list(WORKED_SCORES), metavar="S",
                         help="raw scores of the worked example (default 2.1 0.4 -0.3)")
     parser.add_argument("--d-k", type=int_in("--d-k", 1, 10 ** 6), default=4, dest="d_k",
-                        help="d_k of the worked example (default 4; 2 reproduces the source's numbers)")
+                        help="d_k of the worked example (default 4, the book's)")
+    parser.add_argument("--node", type=int_in("--node", 0, 63), default=None,
+                        help="the query whose softmax over incoming edges is spelled out (default: the last)")
     parser.add_argument("--minilm", action="store_true",
                         help="also measure the errata about a pretrained model on all-MiniLM-L6-v2 (a few seconds)")
 
@@ -37,10 +39,12 @@ def main(args: argparse.Namespace) -> int:
 
     if not all(math.isfinite(s) for s in args.scores):
         raise ValueError(f"Expected '--scores' to be finite numbers (got {args.scores})")
-    lines = six_steps_report(args.length, args.dim, args.seed, args.causal, args.decimals)
+    if args.node is not None and args.node >= args.length:
+        raise ValueError(f"Expected '--node' to be a token index below --length {args.length} (got {args.node})")
+    lines = six_steps_report(args.length, args.dim, args.seed, args.causal, args.decimals, args.node)
     lines += worked_report(args.scores, args.d_k, args.decimals)
     lines += errata_lines(errata(model=args.minilm))
     if not args.minilm:
-        lines += ["   (two more claims, about a pretrained model, are measured with --minilm)"]
+        lines += ["   (four more claims, about a pretrained model, are measured with --minilm)"]
     print("\n".join(lines))
     return 0

@@ -29,6 +29,7 @@ def pareto(
     y: str = "fidelity",
     family: str = "family",
     higher_is_better: bool = True,
+    needs_dense=None,
 ):
     """Cost against quality per pattern family, with the Pareto front.
 
@@ -47,13 +48,20 @@ def pareto(
         Column naming the pattern family; one marker series per family.
     higher_is_better : bool, default True
         Whether a larger ``y`` is better (fidelity) or worse (an error).
+    needs_dense : sequence of str, optional
+        Families whose rows are chosen from the dense weights (top-k, the
+        oracles): their density is not their cost, since they need every dense
+        score first. Drawn hollow and dotted, labelled "(needs dense scores)".
+        Default: the families whose name contains ``"topk"``, ``"top-k"`` or
+        ``"oracle"`` (the weight-chosen patterns of :mod:`graphattn.prune`).
 
     Returns
     -------
     list of matplotlib.lines.Line2D
-        One line per family in order of first appearance (label = family,
-        points sorted by ``x``), then the Pareto front (label ``"Pareto front"``):
-        the points no other point beats on both cost and quality.
+        One line per family in order of first appearance (label = family, with
+        " (needs dense scores)" for ``needs_dense``, points sorted by ``x``),
+        then the Pareto front (label ``"Pareto front"``): the points no other
+        point beats on both cost and quality.
 
     Raises
     ------
@@ -72,10 +80,15 @@ def pareto(
 
     ax = get_ax(ax)
     lines = []
+    if needs_dense is None:
+        needs_dense = [f for f in fams if any(word in f for word in ("topk", "top-k", "oracle"))]
     for name in dict.fromkeys(fams):
         idx = np.array([k for k, f in enumerate(fams) if f == name])
         idx = idx[np.argsort(xs[idx], kind="stable")]
-        (line,) = ax.plot(xs[idx], ys[idx], marker="o", linestyle="-", label=name)
+        dense_first = name in set(needs_dense)
+        (line,) = ax.plot(xs[idx], ys[idx], marker="o", linestyle=":" if dense_first else "-",
+                          markerfacecolor="none" if dense_first else None,
+                          label=f"{name} (needs dense scores)" if dense_first else name)
         lines.append(line)
     front = _pareto_front(xs, ys, higher_is_better)
     (line,) = ax.plot(xs[front], ys[front], color="black", linestyle="--", drawstyle="steps-post",
