@@ -128,3 +128,28 @@ def test_one_cache_under_threads_builds_equal_structures():
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_keep_graphs_holds_a_cycle_of_masks_without_rebuilding_or_warning():
+    """An experiment that cycles through n batches, once per pattern, builds each batch's graph once inside
+    ``interop.masks.keep_graphs(n)`` (no thrashing warning), and the size before is restored after."""
+    from graphattn.interop import masks
+
+    masks.clear_cache()
+    before = masks._CACHE.size
+    cycle = [torch.rand(1, 1, 3, 3) > 0.3 for _ in range(before + 3)]  # more batches than the default keeps
+    built = []
+    original = masks._build
+    masks._build = lambda *a: built.append(1) or original(*a)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with masks.keep_graphs(len(cycle)):
+                for _ in range(3):
+                    graphs = [masks.base_graph(m, 1, 3, 3, False, "cpu") for m in cycle]
+    finally:
+        masks._build = original
+    assert len(built) == len(cycle)  # one build per distinct mask, not one per pass
+    assert torch.equal(graphs[0].edge_index, masks.graph_from_mask(cycle[0], None).edge_index)
+    assert masks._CACHE.size == before
+    masks.clear_cache()

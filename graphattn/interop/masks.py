@@ -30,6 +30,7 @@ models may run in several threads.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -40,9 +41,10 @@ from torch import Tensor
 from graphattn.cache import ContentCache
 from graphattn.graphs import dense_to_edge_weights, edge_index_to_mask, edge_weights_to_dense, mask_to_edge_index
 from graphattn.patterns import is_pattern
-from graphattn.validate import message
+from graphattn.validate import check_int, message
 
-__all__ = ["BatchGraph", "graph_from_mask", "base_graph", "sparse_graph", "note_padding", "clear_cache"]
+__all__ = ["BatchGraph", "graph_from_mask", "base_graph", "sparse_graph", "note_padding", "clear_cache",
+           "keep_graphs"]
 
 
 def _stacked(t: Tensor) -> Tensor:
@@ -146,6 +148,23 @@ _CACHE = ContentCache("graphattn.interop mask-graph cache", 4, "graphattn.intero
 def clear_cache() -> None:
     """Forget every cached graph (they are rebuilt on the next forward pass)."""
     _CACHE.clear()
+
+
+@contextlib.contextmanager
+def keep_graphs(n: int):
+    """Within the block, cache at least ``n`` mask graphs (then the size before).
+
+    For a caller that cycles through ``n`` batches again and again (an
+    experiment that runs the same texts once per pattern): each batch's graph is
+    built once instead of once per pass, and the thrashing warning stays quiet.
+    """
+    check_int("n", n, low=0)
+    before = _CACHE.size
+    _CACHE.resize(max(before, n))
+    try:
+        yield
+    finally:
+        _CACHE.resize(before)
 
 
 def base_graph(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool,

@@ -163,7 +163,7 @@ def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task
     """
     from tqdm.auto import tqdm
 
-    from graphattn.interop import hf
+    from graphattn.interop import hf, masks
 
     specs = [as_spec(s) for s in specs]
     check_int("max_length", max_length, low=8)
@@ -209,7 +209,7 @@ def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task
                                                   bar.update)
         results.meta["reference_runs"]["sdpa"] = {"forward_s": sdpa_s, "peak_mib": sdpa_mib}
     forced, tf = [spec for spec, _ in rows[1:]], []
-    with models.attention_implementation(model, models.IMPLEMENTATION):
+    with models.attention_implementation(model, models.IMPLEMENTATION), masks.keep_graphs(2 * batches):
         for spec, budget_of in rows:
             bar.set_description(spec.name)
             run = LayerRun(spec, num_layers, forced if spec is rows[0][0] else None)
