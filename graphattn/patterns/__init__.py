@@ -21,7 +21,8 @@ for the kernels' dispatch. :func:`is_pattern` is the one pattern check and
 Modules, by concept: ``base`` (Pattern, composition, size limits), ``local``
 (full, causal, windows), ``sparse_transformer`` (strided, fixed), ``mixtures``
 (global tokens, random, BigBird, Longformer), ``scored`` (top-k, threshold),
-``connectivity`` (stats).
+``connectivity`` (stats), ``spec`` (:func:`from_spec`: a pattern from text such as
+``window:8|global:0``).
 
 References
 ----------
@@ -36,7 +37,8 @@ from graphattn.patterns.local import causal, dilated, flash_window, full, longfo
 from graphattn.patterns.mixtures import bigbird, global_tokens, longformer, random
 from graphattn.patterns.scored import threshold, topk, topk_mask
 from graphattn.patterns.sparse_transformer import fixed, strided
+from graphattn.patterns.spec import from_spec
 
 __all__ = ["Pattern", "is_pattern", "full", "causal", "window", "dilated", "longformer_window", "flash_window",
            "strided", "fixed", "global_tokens", "random", "bigbird", "longformer", "topk", "topk_mask",
-           "threshold", "stats", "MAX_LENGTH", "MAX_ELEMENTS", "REACH_MAX_L", "DIAMETER_MAX_L"]
+           "threshold", "from_spec", "stats", "MAX_LENGTH", "MAX_ELEMENTS", "REACH_MAX_L", "DIAMETER_MAX_L"]

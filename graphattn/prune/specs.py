@@ -15,10 +15,11 @@ import torch
 from torch import Tensor
 
 from graphattn import patterns
+from graphattn.patterns import spec as spec_text
 from graphattn.prune.keep import Spec, dense_weights, threshold_keep
 from graphattn.validate import check_int
 
-__all__ = ["Spec", "parse_spec", "as_spec", "dense_weights", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
+__all__ = ["Spec", "Span", "parse_spec", "check_scopes", "as_spec", "dense_weights", "SPEC_HELP", "DEFAULT_PATTERNS", "threshold_keep"]
 
 DEFAULT_PATTERNS = ["window:8", "longformer:window=16,global=0", "bigbird:block=8,random=1", "topk:4", "topk:16"]
 
@@ -45,36 +46,40 @@ SPEC@layers=3-5                     only in layers 3 to 5 (from 0; dense elsewhe
 SPEC@heads=0-3                      only in heads 0 to 3 (dense in the others); both: SPEC@layers=1@heads=0"""
 
 
-def _value(family: str, key: str, text: str, kind):
-    try:
-        if kind is int:
-            return int(text)
-        if kind is float:
-            return float(text)
-        if kind is str:
-            if text not in ("model", "head"):
-                raise ValueError(text)
-            return text
-        return [i for t in text.split("+") for i in _role(t.strip().lower())]  # index list: 0+5, cls+sep
-    except ValueError:
-        what = {int: "an int", float: "a number", str: "model or head"}.get(
-            kind, "indices or roles like 0, 0+5, cls, sep, cls+sep, first4")
-        raise ValueError(f"Expected '{key}' of spec '{family}' to be {what} (got {text!r})") from None
+def _roles(text: str) -> list[int]:
+    """``0+5`` -> [0, 5]; ``cls`` -> [0]; ``sep``/``last`` -> [-1] (each sequence's last token);
+    ``first4`` -> [0, 1, 2, 3]; anything else raises ValueError."""
+    out = []
+    for token in (t.strip().lower() for t in text.split("+")):
+        if token == "cls":
+            out.append(0)
+        elif token in ("sep", "last"):
+            out.append(-1)
+        elif token.startswith("first") and token[5:].isdigit() and int(token[5:]) > 0:
+            out.extend(range(int(token[5:])))
+        elif int(token) < 0:  # ValueError for anything else
+            raise ValueError(token)
+        else:
+            out.append(int(token))
+    return out
 
 
-def _role(token: str) -> list[int]:
-    """A global token by index or role: ``cls`` -> [0], ``sep``/``last`` -> [-1] (each sequence's last token),
-    ``first4`` -> [0, 1, 2, 3], ``7`` -> [7]."""
-    if token == "cls":
-        return [0]
-    if token in ("sep", "last"):
-        return [-1]
-    if token.startswith("first") and token[5:].isdigit() and int(token[5:]) > 0:
-        return list(range(int(token[5:])))
-    value = int(token)  # ValueError for anything else
-    if value < 0:
-        raise ValueError(token)
-    return [value]
+ROLES = spec_text.Kind(_roles, "indices or roles like 0, 0+5, cls, sep, cls+sep, first4")
+def _per(text: str) -> str:
+    if text.lower() not in ("model", "head"):
+        raise ValueError(text)
+    return text.lower()
+
+
+PER = spec_text.Kind(_per, "model or head")
+
+# the fixed families of graphattn.patterns.from_spec; global tokens by role; data-dependent rules
+_FAMILIES = {**spec_text.FAMILIES,
+             "longformer": (("window", spec_text.INT), ("global", ROLES)),
+             "random": (("k", spec_text.INT), ("seed", spec_text.INT), ("per", PER)),
+             "global": (("indices", ROLES),),
+             "topk": (("k", spec_text.INT),),
+             "threshold": (("tau", spec_text.FLOAT),)}
 
 
 def _global(indices: list[int]):
@@ -89,25 +94,6 @@ def _global(indices: list[int]):
     return mask
 
 
-# family -> (parameters in positional order with types, builder(**kwargs) -> Pattern or selector)
-_FAMILIES = {
-    "full": ((), lambda: patterns.full()),
-    "causal": ((), lambda: patterns.causal()),
-    "window": ((("left", int), ("right", int), ("dilation", int)), None),
-    "longformer": ((("window", int), ("global", list)),
-                   lambda window, **kw: patterns.longformer(window, kw.get("global", [0]))),
-    "strided": ((("stride", int),), lambda stride: patterns.strided(stride)),
-    "fixed": ((("block", int), ("summary", int)), lambda block, summary: patterns.fixed(block, summary)),
-    "bigbird": ((("block", int), ("window", int), ("global", int), ("random", int), ("seed", int)),
-                lambda block, **kw: patterns.bigbird(block, kw.get("window", 3), kw.get("global", 2),
-                                                     kw.get("random", 2), kw.get("seed", 0))),
-    "random": ((("k", int), ("seed", int), ("per", str)), lambda k, seed=0, per="model": patterns.random(k, seed)),
-    "global": ((("indices", list),), _global),
-    "topk": ((("k", int),), None),
-    "threshold": ((("tau", float),), None),
-}
-
-
 def _per_head(k: int, seed: int):
     """BigBird-style random keys, drawn anew for every (layer, head).
 
@@ -120,61 +106,49 @@ def _per_head(k: int, seed: int):
 
 
 def _bad(text: str, why: str) -> ValueError:
-    """The one spec error: the first line names the families (what the command prints), then examples."""
+    """The one spec error: one line naming the spec and the families, then where the examples are."""
     return ValueError(f"Expected a pattern spec family[:args], family one of {', '.join(_FAMILIES)} "
                       f"(got {text!r}: {why}); 'graphattn prune --help' lists the valid specs with examples")
 
 
-def _window(left=None, right=None, dilation=1):
-    if left is None and right is None:
-        raise ValueError("Expected 'window' to get a size, e.g. window:8 or window:left=4,right=4")
-    left = right if left is None else left
-    right = left if right is None else right  # window:8 -> left = right = 8
-    return patterns.window(left, right, dilation)
+def _role_names(indices: list[int]) -> str:
+    return "+".join(str(i) if i >= 0 else "last" for i in indices)
 
 
-def _atom(text: str) -> Spec:
-    family, _, args = text.strip().partition(":")
-    family = family.strip().lower()
-    if family not in _FAMILIES:
-        raise _bad(text, f"unknown family {family!r}")
-    params, build = _FAMILIES[family]
-    names = [p for p, _ in params]
-    kwargs = {}
-    for pos, item in enumerate(a.strip() for a in args.split(",") if a.strip()):
-        key, eq, val = item.partition("=")
-        if not eq:
-            key, val = (names[pos] if pos < len(names) else None), item
-        key = key.strip().lower()
-        if key not in names:
-            raise _bad(text, f"{family!r} takes {', '.join(names) or 'no parameters'} (got {key or item!r})")
-        if key in kwargs:
-            raise _bad(text, f"{key!r} given twice")
-        kwargs[key] = _value(family, key, val.strip(), dict(params)[key])
+def _atom(text: str, whole: str) -> Spec:
     try:
-        if family == "window":
-            pat = _window(**kwargs)
-        elif family == "topk":
+        family, kwargs = spec_text.parse_atom(text, _FAMILIES, whole)
+    except spec_text.SpecError as err:
+        raise _bad(whole, err.why) from None
+    roles = kwargs.get("indices", kwargs.get("global", [])) if family in ("global", "longformer") else []
+    try:
+        if family == "topk":
             k = check_int("k", kwargs["k"], low=1)
             # min(k, valid keys) per query: padding rows keep 0, so no tie among their equal weights
             return Spec.budgeted(text, f"topk_{k}", "topk", lambda w, valid: valid.sum(-1).clamp(max=k))
-        elif family == "random" and kwargs.get("per") == "head":
-            k, seed = check_int("k", kwargs["k"], low=1), kwargs.get("seed", 0)
-            return Spec(text, f"random_{k}_s{seed}_per_head", family, None, draw=_per_head(k, seed))
-        elif family == "threshold":
+        if family == "threshold":
             tau = kwargs["tau"]
             if not 0.0 <= tau <= 1.0:
                 raise ValueError(f"Expected 'tau' to be a weight in [0, 1] (got {tau})")
             return Spec(text, f"threshold_{tau:g}", "threshold", None, lambda w, valid: threshold_keep(w, tau))
-        else:
-            pat = build(**kwargs)
-            if not patterns.is_pattern(pat):  # a pattern function (global:sep, the last token)
-                name = "global_" + "+".join(str(i) if i >= 0 else "last" for i in kwargs["indices"])
-                return Spec(text, name, family, None, mask_fn=pat)
+        if family == "random" and kwargs.pop("per", "model") == "head":
+            k, seed = check_int("k", kwargs["k"], low=1), kwargs.get("seed", 0)
+            return Spec(text, f"random_{k}_s{seed}_per_head", family, None, draw=_per_head(k, seed))
+        if -1 in roles:  # the last token of each sequence: a pattern function of the length
+            tokens = _global(roles)
+            if family == "global":
+                return Spec(text, "global_" + _role_names(roles), family, None, mask_fn=tokens)
+            local = patterns.longformer_window(check_int("window", kwargs["window"], low=0))
+
+            def mask(n: int) -> Tensor:
+                return local.mask(n) | tokens(n)  # (n, n)
+
+            return Spec(text, f"longformer_w{kwargs['window']}_g" + _role_names(roles), family, None, mask_fn=mask)
+        pat = spec_text.build(family, kwargs)
     except KeyError as err:
-        raise _bad(text, f"missing parameter {err.args[0]!r}") from None
-    except TypeError as err:  # a missing positional parameter of a builder
-        raise _bad(text, str(err)) from None
+        raise _bad(whole, f"missing parameter {err.args[0]!r}") from None
+    except (TypeError, ValueError) as err:
+        raise _bad(whole, str(err).splitlines()[0]) from None
     return Spec(text, pat.name, family, pat)
 
 
@@ -214,27 +188,79 @@ def _combine(text: str, op: str, parts: list[Spec]) -> Spec:
     return Spec(text, op.join(p.name for p in parts), family, None, select)
 
 
-def _indices(text: str, what: str) -> frozenset:
-    """``3-5`` -> {3, 4, 5}; ``0+5`` -> {0, 5}; ``2`` -> {2}."""
-    out = set()
+class Span:
+    """Layer or head indices as inclusive ranges, never expanded (``@layers=0-99999999999`` costs nothing).
+
+    ``3-5`` -> [(3, 5)]; ``0+5`` -> [(0, 0), (5, 5)]; ``i in span`` and ``span.max()`` as for a set.
+    """
+
+    def __init__(self, ranges):
+        merged = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        self.ranges = tuple(merged)
+
+    def __contains__(self, index) -> bool:
+        return any(lo <= index <= hi for lo, hi in self.ranges)
+
+    def __len__(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.ranges)
+
+    def max(self) -> int:
+        return self.ranges[-1][1]
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (set, frozenset)):
+            return len(other) == len(self) and all(i in self for i in other)
+        return isinstance(other, Span) and other.ranges == self.ranges
+
+    def __hash__(self) -> int:
+        return hash(self.ranges)
+
+    def __str__(self) -> str:
+        return "+".join(f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in self.ranges)
+
+    __repr__ = __str__
+
+
+def _span(text: str, what: str, whole: str) -> Span:
+    """``3-5``, ``2`` or ``0+5`` as a :class:`Span`."""
+    ranges = []
     for part in text.split("+"):
         lo, dash, hi = part.partition("-")
         try:
             lo, hi = int(lo), int(hi if dash else lo)
         except ValueError:
-            raise _bad(text, f"expected {what} like 3-5, 2 or 0+5") from None
+            raise _bad(whole, f"expected {what} like 3-5, 2 or 0+5 (got {text!r})") from None
         if lo < 0 or hi < lo:
-            raise _bad(text, f"expected {what} as a range low-high with 0 <= low <= high")
-        out.update(range(lo, hi + 1))
-    return frozenset(out)
+            raise _bad(whole, f"expected {what} as a range low-high with 0 <= low <= high (got {text!r})")
+        ranges.append((lo, hi))
+    return Span(ranges)
 
 
-def _span(indices: frozenset) -> str:
-    """{3, 4, 5} -> ``3-5``; {0, 5} -> ``0+5``; {2} -> ``2``."""
-    lo, hi = min(indices), max(indices)
-    if len(indices) > 1 and indices == frozenset(range(lo, hi + 1)):
-        return f"{lo}-{hi}"
-    return "+".join(map(str, sorted(indices)))
+def check_scopes(spec: Spec, layers: int, heads: int) -> Spec:
+    """Refuse a spec whose ``@layers`` or ``@heads`` reach past the model: one line naming the spec and the range.
+
+    Parameters
+    ----------
+    spec : Spec
+    layers, heads : int
+        The model's number of attention layers and of heads per layer.
+
+    Raises
+    ------
+    ValueError
+        ``Expected 'window:8@layers=10' to scope layers within 0-5 of the 6-layer model (got 10)``.
+    """
+    for what, count in (("layers", layers), ("heads", heads)):
+        span = getattr(spec, what)
+        if span is not None and span.max() >= count:
+            noun = {"layers": f"the {count}-layer model", "heads": f"the model's {count} heads"}[what]
+            raise ValueError(f"Expected {spec.text!r} to scope {what} within 0-{count - 1} of {noun} (got {span})")
+    return spec
 
 
 def as_spec(item, name: str | None = None) -> Spec:
@@ -293,28 +319,30 @@ def parse_spec(text: str) -> Spec:
     >>> parse_spec("window:4|global:0").family
     'window|global'
     """
-    if not isinstance(text, str) or not text.strip():
-        raise _bad(str(text), "empty")
+    if not isinstance(text, str):
+        raise TypeError(f"Expected a pattern spec to be a str such as 'window:8' (got {type(text).__name__})")
+    return _parse(text, text)
+
+
+def _parse(text: str, whole: str) -> Spec:
+    if not text.strip():
+        raise _bad(whole, "empty")
     if "@" in text:
         base, *scopes = text.split("@")
-        spec = parse_spec(base)
+        spec = _parse(base, whole)
         for scope in scopes:
             key, eq, val = scope.partition("=")
-            if key.strip() not in ("layers", "heads") or not eq:
-                raise _bad(text, f"expected @layers=... or @heads=... (got @{scope})")
-            setattr(spec, key.strip(), _indices(val.strip(), key.strip()))
+            key = key.strip().lower()
+            if key not in ("layers", "heads") or not eq:
+                raise _bad(whole, f"expected @layers=... or @heads=... (got @{scope})")
+            if getattr(spec, key) is not None:
+                raise _bad(whole, f"@{key} given twice; join indices with '+', e.g. @{key}=1+2")
+            setattr(spec, key, _span(val.strip(), key, whole))
         spec.text = text
-        scopes = [k for k in ("layers", "heads") if getattr(spec, k) is not None]
-        suffix = "".join(f"@{k}={_span(getattr(spec, k))}" for k in scopes)
-        spec.name += suffix
+        spec.name += "".join(f"@{k}={getattr(spec, k)}" for k in ("layers", "heads") if getattr(spec, k) is not None)
         return spec
     if "|" in text:
-        return _combine(text, "|", [parse_spec(t) for t in text.split("|")])
+        return _combine(text, "|", [_parse(t, whole) for t in text.split("|")])
     if "&" in text:
-        return _combine(text, "&", [parse_spec(t) for t in text.split("&")])
-    try:
-        return _atom(text)
-    except ValueError as err:
-        if "lists the valid specs" in str(err):
-            raise
-        raise _bad(text, str(err)) from None
+        return _combine(text, "&", [_parse(t, whole) for t in text.split("&")])
+    return _atom(text, whole)
