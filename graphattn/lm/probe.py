@@ -15,7 +15,8 @@ receptive field):
 3) :func:`copy_probe`: a synthetic recall task. A random lowercase string
    is planted twice in validation text, ``d`` bytes apart; the loss on the
    second copy (after its first quarter, which names it) measures recall at
-   distance d, about log2(26) = 4.7 bits when there is none.
+   distance d; a model that cannot recall pays its prior on a random
+   lowercase letter, at least log2(26) = 4.7 bits.
 
 All three use the same windows for every model (fixed positions and seeds),
 so models are compared on the same bytes.
