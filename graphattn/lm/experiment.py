@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 
-from graphattn.lm.model import DENSE, LMConfig
+from graphattn.lm.model import DENSE, LMConfig, attention_graph
 from graphattn.lm.train import RunConfig, dist_context, train_run
 
 __all__ = ["PRESETS", "make_runs", "run_experiment", "environment"]
@@ -57,6 +57,8 @@ def make_runs(preset: str = "smoke", **overrides) -> list[RunConfig]:
     if "seconds" in given:
         p["steps"] = None
     p.update(given)
+    for pattern in p["patterns"]:
+        attention_graph(pattern)  # a bad spec is refused now, before the corpus is read
     runs = []
     for length in p["lengths"]:
         for seed in p["seeds"]:
