@@ -73,10 +73,13 @@ def repeat_distances(x: torch.Tensor, y: torch.Tensor, ngram: int = NGRAM) -> to
     return out
 
 
-def repeat_probe(model, data: torch.Tensor, length: int, windows: int, device="cpu") -> dict:
-    """Bits per byte on repeated (ngram + 1)-grams, by distance bucket: ``{"lo-hi": (bpb, count)}``."""
+def repeat_probe(model, data: torch.Tensor, length: int, windows: int, device="cpu", bits=None) -> dict:
+    """Bits per byte on repeated (ngram + 1)-grams, by distance bucket: ``{"lo-hi": (bpb, count)}``.
+
+    ``bits`` ``(windows, length)``: the per-byte losses on these windows, when already computed.
+    """
     x, y = eval_windows(data, length, windows)  # (n, T)
-    bits = _losses(model, x, y, device)  # (n, T)
+    bits = _losses(model, x, y, device) if bits is None else bits  # (n, T)
     dist = repeat_distances(x, y)  # (n, T)
     out = {}
     for lo, hi in zip(BUCKETS[:-1], BUCKETS[1:]):
@@ -117,6 +120,8 @@ def copy_probe(model, data: torch.Tensor, length: int, windows: int, device="cpu
 
 def run_probes(model, data: torch.Tensor, length: int, windows: int, device="cpu") -> dict:
     """All three probes: ``{"position_bpb": [...], "repeat": {...}, "copy": {...}}``."""
-    return {"position_bpb": position_loss(model, data, length, windows, device),
-            "repeat": repeat_probe(model, data, length, windows, device),
+    x, y = eval_windows(data, length, windows)  # (n, T)
+    bits = _losses(model, x, y, device)  # (n, T), shared by the first two probes
+    return {"position_bpb": bits.mean(0).tolist(),
+            "repeat": repeat_probe(model, data, length, windows, device, bits=bits),
             "copy": {str(k): v for k, v in copy_probe(model, data, length, windows, device).items()}}

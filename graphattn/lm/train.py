@@ -197,8 +197,9 @@ def train_run(run: RunConfig, corpus: Corpus, out: str, ctx: Dist | None = None,
             return result
     os.makedirs(folder, exist_ok=True)
     ckpt = os.path.join(folder, "ckpt.pt")
-    torch.manual_seed(run.seed)  # the same initial weights for every pattern of a seed: paired comparisons
-    model = ByteLM(run.model).to(ctx.device)
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+        torch.manual_seed(run.seed)  # the same initial weights for every pattern of a seed: paired comparisons
+        model = ByteLM(run.model).to(ctx.device)
     optimizer = _optimizer(model, run)
     state = _fresh_state(run)
     if os.path.exists(ckpt):
@@ -207,6 +208,9 @@ def train_run(run: RunConfig, corpus: Corpus, out: str, ctx: Dist | None = None,
             model.load_state_dict(saved["model"])
             optimizer.load_state_dict(saved["optimizer"])
             state = saved["state"]
+    if ctx.rank == 0:  # the log as of the checkpoint (a killed run may have logged past it)
+        with open(os.path.join(folder, "log.jsonl"), "w") as fh:
+            fh.writelines(json.dumps(entry) + "\n" for entry in state["log"])
     result = _loop(run, model, optimizer, state, corpus, folder, ckpt, ctx, max_new_steps, progress)
     return result
 
