@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from graphattn import patterns
 from graphattn.lm import data, flops, probe, report
 from graphattn.lm.experiment import make_runs, run_experiment
 from graphattn.lm.model import ByteLM, CausalSelfAttention, LMConfig, attention_graph
@@ -166,7 +165,7 @@ def test_compare_pairs_seeds_at_equal_budgets():
 @pytest.mark.slow
 def test_smoke_sized_experiment_writes_its_files(tmp_path, corpus):
     runs = make_runs("smoke", lengths=[32], steps=20, patterns=["dense", "window:4"], seeds=[0, 1])
-    results, paths = run_experiment(runs, str(tmp_path), corpus=corpus, progress=False, log=lambda *a: None,
+    _, paths = run_experiment(runs, str(tmp_path), corpus=corpus, progress=False, log=lambda *a: None,
                                     meta={"preset": "test"})
     assert set(paths) == {"csv", "json", "png"} and all(os.path.getsize(p) > 0 for p in paths.values())
     with open(paths["csv"]) as fh:

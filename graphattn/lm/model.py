@@ -166,7 +166,7 @@ class ByteLM(nn.Module):
 
     def forward(self, idx: Tensor) -> Tensor:
         """Next-byte logits ``(B, T, 256)`` for bytes ``idx`` ``(B, T)``, ``T <= config.length``."""
-        B, T = idx.shape
+        T = idx.size(1)
         if T > self.config.length:
             raise ValueError(f"Expected at most {self.config.length} bytes per sequence (got {T})")
         pos = torch.arange(T, device=idx.device)  # (T,)

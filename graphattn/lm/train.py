@@ -128,8 +128,9 @@ def _all_sum(values: list[float], ctx: Dist) -> list[float]:
 
 
 @torch.no_grad()
-def evaluate_bpb(model: ByteLM, data: torch.Tensor, length: int, windows: int, ctx: Dist = Dist()) -> float:
+def evaluate_bpb(model: ByteLM, data: torch.Tensor, length: int, windows: int, ctx: Dist | None = None) -> float:
     """Bits per byte of ``model`` on ``windows`` evenly spaced windows of a split (shared out over ranks)."""
+    ctx = ctx or Dist()
     x, y = eval_windows(data, length, windows)  # (n, T), (n, T)
     was = model.training
     model.eval()
