@@ -191,3 +191,18 @@ def test_command_smoke_preset_small(tmp_path, capsys):
     assert "equal wall time" in capsys.readouterr().out
     assert main(["lm", "--patterns", "nope:1", "--out", str(tmp_path)]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_presets_make_the_documented_grids():
+    smoke, default, full = (make_runs(p) for p in ("smoke", "default", "full"))
+    assert [r.model.pattern for r in smoke] == ["dense", "causal", "window:16"] and smoke[0].steps == 120
+    assert [r.model.pattern for r in default] == ["dense", "window:128", "strided:64", "window:128|global:0+1+2+3"]
+    assert {r.model.length for r in default} == {2048} and default[0].seconds == 110.0
+    assert len(full) == 36 and {r.model.length for r in full} == {1024, 2048, 4096}
+    assert len({r.name for r in full}) == 36  # one folder per configuration
+    over = make_runs("default", steps=5, lengths=[64])
+    assert over[0].steps == 5 and over[0].seconds is None and over[0].model.length == 64
+    with pytest.raises(ValueError, match="preset"):
+        make_runs("huge")
+    with pytest.raises(ValueError, match="nope"):
+        make_runs("smoke", patterns=["nope:2"])
