@@ -195,7 +195,7 @@ def test_command_smoke_preset_small(tmp_path, capsys):
 
 def test_presets_make_the_documented_grids():
     smoke, default, full = (make_runs(p) for p in ("smoke", "default", "full"))
-    assert [r.model.pattern for r in smoke] == ["dense", "causal", "window:16"] and smoke[0].steps == 120
+    assert [r.model.pattern for r in smoke] == ["dense", "causal", "window:16"] and smoke[0].steps == 100
     assert [r.model.pattern for r in default] == ["dense", "window:128", "strided:64", "window:128|global:0+1+2+3"]
     assert {r.model.length for r in default} == {2048} and default[0].seconds == 110.0
     assert len(full) == 36 and {r.model.length for r in full} == {1024, 2048, 4096}

@@ -4,7 +4,7 @@ A preset fixes the model sizes, the budget per configuration and the grid
 (patterns x lengths x seeds):
 
 - ``smoke``: a tiny model on 128 bytes, dense, graphattn's causal graph and a
-  window, 120 steps each (CI; under 2 minutes on 2 cores);
+  window, 100 steps each (CI; under 2 minutes on 2 cores);
 - ``default``: 4 layers, d = 256, 4 heads, L = 2048, dense vs ``window:128``
   vs ``strided:64`` vs ``window:128|global:0+1+2+3`` (four sink tokens),
   110 s of training each, at equal wall time (about 10 minutes on 2 idle cores);
@@ -29,7 +29,7 @@ _MODEL = dict(layers=4, d_model=256, heads=4, d_ff=1024)
 _PATTERNS = [DENSE, "window:128", "strided:64", "window:128|global:0+1+2+3"]
 PRESETS = {
     "smoke": dict(lengths=[128], patterns=[DENSE, "causal", "window:16"], seeds=[0], layers=2, d_model=64, heads=2,
-                  d_ff=256, batch=8, lr=3e-3, warmup=10, steps=120, seconds=None, evals=4, eval_windows=8,
+                  d_ff=256, batch=8, lr=3e-3, warmup=10, steps=100, seconds=None, evals=4, eval_windows=8,
                   probe_windows=16),
     "default": dict(lengths=[2048], patterns=_PATTERNS, seeds=[0], **_MODEL, batch=1, lr=1e-3, warmup=10,
                     steps=None, seconds=110.0, evals=8, eval_windows=4, probe_windows=8),
