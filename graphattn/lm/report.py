@@ -172,9 +172,14 @@ def figure(results: list[dict], meta: dict):
         kw = dict(color=c, label=label, lw=4 if r["pattern"] == "dense" else 1.5,  # dense wide: the same as causal
                   alpha=0.45 if r["pattern"] == "dense" else 1.0)
         axes[0].plot([e["train_seconds"] for e in log], [e["val_bpb"] for e in log], ls, marker=".", **kw)
-        axes[1].plot([e["flops"] for e in log], [e["val_bpb"] for e in log], ls, marker=".", **kw)
+        axes[1].plot([e["flops"] for e in log if e["flops"] > 0], [e["val_bpb"] for e in log if e["flops"] > 0], ls,
+                     marker=".", **kw)  # log scale: the initial evaluation (0 FLOPs) left out
         axes[2].plot(*_smooth(r["position_bpb"]), ls, **kw)
-    axes[0].set_xlabel("training time (s, evaluation excluded)")
+    later = [e["val_bpb"] for r in results for e in r["log"][1:]]
+    if later:  # the initial ~8 bits would squash the curves: start the scale at the first evaluation after it
+        low, high = min(later), max(later)
+        axes[0].set_ylim(low - 0.05 * (high - low + 1e-3), high + 0.05 * (high - low + 1e-3))
+    axes[0].set_xlabel("training time (s, evaluation excluded; the initial model's point above the top)")
     axes[1].set_xlabel("training FLOPs (attention + rest, 3 x forward)")
     axes[1].set_xscale("log")
     for ax in axes[:2]:

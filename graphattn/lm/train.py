@@ -239,6 +239,8 @@ def _loop(run, model, optimizer, state, corpus, folder, ckpt, ctx, max_new_steps
     bar.update(state["step"] if run.steps is not None else state["train_seconds"])
     new_steps = 0
     train = corpus.train
+    if not state["log"]:  # the initial model: every curve starts at 0 tokens, 0 s
+        _evaluate(run, model, state, corpus, per_step, folder, ctx)
     try:
         while _progress(run, state) < 1.0:
             if max_new_steps is not None and new_steps >= max_new_steps:
