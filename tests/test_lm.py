@@ -206,3 +206,21 @@ def test_presets_make_the_documented_grids():
         make_runs("huge")
     with pytest.raises(ValueError, match="nope"):
         make_runs("smoke", patterns=["nope:2"])
+
+
+@pytest.mark.slow
+def test_two_processes_with_torchrun_gloo(tmp_path):
+    """Data parallel on CPU: 2 processes (gloo), rank 0 writes, tokens count both processes."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+           "graphattn.cli", "lm", "--steps", "2", "--lengths", "16", "--batch", "2", "--patterns", "dense",
+           "window:4", "--out", str(tmp_path), "--no-progress"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(tmp_path / "lm.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["world"]) for r in rows] == [2, 2]
+    assert [int(r["tokens"]) for r in rows] == [2 * 2 * 16 * 2] * 2  # steps x batch x L x processes

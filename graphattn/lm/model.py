@@ -12,7 +12,8 @@ between runs is the graph each query reads:
   :func:`graphattn.patterns.from_spec`), intersected with the causal DAG
   (``& patterns.causal()``), run by :func:`graphattn.attention` on that
   pattern. ``causal`` is graphattn's own causal graph: the same edges as
-  ``dense``, through graph attention.
+  ``dense``, which :func:`graphattn.attention` dispatches to the same SDPA
+  kernel (so the two must agree, and cost the same).
 
 There is no second attention implementation: the batch is folded into the
 heads (the graph is the same for every sequence), so one call of
