@@ -191,6 +191,9 @@ def test_command_smoke_preset_small(tmp_path, capsys):
     assert "equal wall time" in capsys.readouterr().out
     assert main(["lm", "--patterns", "nope:1", "--out", str(tmp_path)]) == 2
     assert "nope" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["lm", "--device", "cuda", "--out", str(tmp_path)]) == 2
+        assert "Expected '--device'" in capsys.readouterr().err
 
 
 def test_presets_make_the_documented_grids():

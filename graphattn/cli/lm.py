@@ -62,6 +62,11 @@ def main(args: argparse.Namespace) -> int:
     runs = experiment.make_runs(args.preset, lengths=args.lengths, patterns=args.patterns, seeds=args.seeds,
                                 seconds=args.seconds, steps=args.steps, batch=args.batch, layers=args.layers,
                                 d_model=args.d_model, heads=args.heads, d_ff=args.d_ff, lr=args.lr)
+    if args.device is not None:
+        kind = args.device.split(":")[0]
+        if kind not in ("cpu", "cuda") or (kind == "cuda" and not torch.cuda.is_available()):
+            raise ValueError(f"Expected '--device' to be cpu, or cuda with a GPU that torch sees (got "
+                             f"{args.device!r}; torch.cuda.is_available() is {torch.cuda.is_available()})")
     if args.threads:
         torch.set_num_threads(args.threads)
     arguments = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items() if k != "func"}
