@@ -32,7 +32,7 @@ PRESETS = {
                   d_ff=256, batch=8, lr=3e-3, warmup=10, steps=100, seconds=None, evals=4, eval_windows=8,
                   probe_windows=16),
     "default": dict(lengths=[2048], patterns=_PATTERNS, seeds=[0], **_MODEL, batch=1, lr=1e-3, warmup=10,
-                    steps=None, seconds=110.0, evals=8, eval_windows=4, probe_windows=8),
+                    steps=None, seconds=110.0, evals=8, eval_windows=4, probe_windows=4),
     "full": dict(lengths=[1024, 2048, 4096], patterns=_PATTERNS, seeds=[0, 1, 2], **_MODEL, batch=1, lr=1e-3,
                  warmup=20, steps=None, seconds=1200.0, evals=20, eval_windows=16, probe_windows=8),
 }
