@@ -42,6 +42,7 @@ COMMANDS = {
     "explain": ("graphattn.cli.explain", "What a token attends to in a real model, per layer and head, with heatmaps."),
     "steps": ("graphattn.cli.steps", "The six steps of self-attention on a tiny example, every intermediate printed."),
     "bench": ("graphattn.cli.bench", "Graph attention against SDPA, FlexAttention and TransformerConv, as ratios."),
+    "lm": ("graphattn.cli.lm", "Small byte-level LMs trained with dense and sparse attention: bits per byte vs time."),
 }
 # what a user can cause: a bad value, index, path or size, a missing optional dependency
 USER_ERRORS = (ValueError, IndexError, OSError, OverflowError, MemoryError, ImportError, NotImplementedError)
