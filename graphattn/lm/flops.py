@@ -52,9 +52,9 @@ def forward_flops(config: LMConfig, length: int | None = None, edges: int | None
     """
     T = config.length if length is None else length
     E = num_edges(config.pattern, T) if edges is None else edges
-    d, f, V, l = config.d_model, config.d_ff, config.vocab, config.layers
-    other = 2 * T * (l * (4 * d * d + 2 * d * f) + d * V)
-    attention = 4 * d * E * l
+    d, f, V, n_layers = config.d_model, config.d_ff, config.vocab, config.layers
+    other = 2 * T * (n_layers * (4 * d * d + 2 * d * f) + d * V)  # q, k, v, o projections; MLP; tied head
+    attention = 4 * d * E * n_layers  # scores q·k and weighted sum of v: 2 d multiply-adds per edge each
     return {"attention": attention, "other": other, "total": attention + other}
 
 
