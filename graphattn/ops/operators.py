@@ -47,6 +47,7 @@ from torch import Tensor
 
 from graphattn.ops.block import block_backward, block_forward
 from graphattn.ops.csr import csr_backward, csr_forward
+from graphattn.ops.fused import fused_backward, fused_forward, usable
 from graphattn.ops.guard import csr_fix, finite, graph_guards, guarded
 from graphattn.ops.ragged import ragged_backward, ragged_forward
 from graphattn.ops.sdpa import dense_backward, dense_forward
@@ -154,6 +155,9 @@ def attention_op(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, 
             return block_forward(graph, tiles, q, k, v, bias, scale, p, need_alpha)
 
         out, alpha, keep = guarded(kernel, fix, query, key, value, *graph_guards(graph))
+    elif usable(query, key, value, bias, p):  # CPU float32/64, no dropout: one fused pass per target
+        out, alpha = fused_forward(graph, query, key, value, bias, scale)  # (L, H, D_v), (E, H) sorted
+        alpha, keep = alpha.t(), None  # (H, E) as the other kernels give it
     else:
         out, alpha, keep = csr_forward(graph, query, key, value, bias, scale, p)
     order = (lambda x: x.contiguous()) if sorted_alpha else (lambda x: graph.unsort(x).contiguous())
@@ -194,6 +198,10 @@ def attention_backward_op(grad_out: Tensor, grad_alpha: Optional[Tensor], query:
         dq, dk, dv, ds = dense_backward(graph.edge_set(), *args, need_ds=need_ds)
     elif chosen == "block":
         dq, dk, dv, ds = block_backward(graph, _tiles(graph, impl), *args, need_ds=need_ds)
+    elif keep is None and usable(query, key, value, edge_bias, dropout):
+        dq, dk, dv, ds = fused_backward(graph, query, key, value, args[3].t(), grad_out,
+                                        None if args[7] is None else args[7].t(), scale)
+        ds = ds.t()  # (H, E) as the other kernels give it
     else:
         dq, dk, dv, ds = csr_backward(graph, *args)
     ds = graph.unsort(ds.t()).contiguous() if need_ds else _empty(query, H)  # (E, H) caller's order

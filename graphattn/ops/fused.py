@@ -1,0 +1,212 @@
+"""The fused CPU kernel of the CSR path: scores, softmax and weighted sum in one pass per target (numba).
+
+For float32/float64 features on the CPU without dropout (and with a first-order
+backward), the ``"csr"`` kernel runs here instead of :mod:`graphattn.ops.csr`'s
+three library calls (sampled matmul, segment softmax, sparse-dense matmul).
+
+- Forward, for each target i in parallel (``prange``), over its incoming edges
+  (sorted, CSR): the per-head scores ``scale * q_i · k_j (+ bias)`` and their
+  maximum, ``exp``, their sum, the weights, then ``out_i = sum_e alpha_e v_j``;
+  no intermediate besides the weights ``alpha (E, H)`` the backward reads.
+- Backward, per target: ``g_e = grad_out_i · v_j (+ grad_alpha_e)``,
+  ``d score_e = alpha_e (g_e - sum_e' alpha_e' g_e')`` and ``dq_i``; then per
+  source j (the transposed CSR): ``dk_j`` and ``dv_j`` as sums over its
+  outgoing edges. No two threads write one row (no atomics), so the result
+  does not depend on the thread count.
+
+Same formulas as the library path, the same exact zero row for a target
+without edges or with every score ``-inf``; sums accumulate in the feature
+dtype. Why numba and not a C++ extension (``torch.utils.cpp_extension``):
+that compiles against PyTorch's headers (about a minute, and a compiler on the
+user's machine); numba is one wheel, compiles these loops in seconds and
+caches them next to this file (``cache=True``). It is imported the first time
+the kernel runs, so ``import graphattn`` stays light; without numba the
+library path runs.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch import Tensor
+
+__all__ = ["usable", "fused_forward", "fused_backward"]
+
+ENABLED = True  # switch: False runs the library path (tests compare the two)
+_LOCK = threading.Lock()
+_KERNELS = None  # the compiled (forward, backward_targets, backward_sources); False when numba is missing
+
+
+def _build():
+    import math
+
+    import numba
+    from numba import prange
+
+    jit = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True)
+
+    @jit
+    def forward(crow, src, q, k, v, bias, has_bias, scale, out, alpha):  # pragma: no cover (compiled)
+        L, H, D = q.shape
+        Dv = v.shape[2]
+        hb = bias.shape[1]
+        for i in prange(L):
+            e0, e1 = crow[i], crow[i + 1]
+            for h in range(H):
+                for d in range(Dv):
+                    out[i, h, d] = 0.0
+            if e0 == e1:
+                continue
+            for e in range(e0, e1):  # scores, edge-major: each k_j row read once
+                j = src[e]
+                for h in range(H):
+                    s = q[i, h, 0] * 0.0
+                    for d in range(D):
+                        s += q[i, h, d] * k[j, h, d]
+                    s *= scale
+                    if has_bias:
+                        s += bias[e, h if hb > 1 else 0]
+                    alpha[e, h] = s
+            for h in range(H):  # softmax per head over the target's edges
+                m = alpha[e0, h]
+                for e in range(e0 + 1, e1):
+                    if alpha[e, h] > m:
+                        m = alpha[e, h]
+                if m == -math.inf:  # every score -inf: weights 0, output row 0
+                    for e in range(e0, e1):
+                        alpha[e, h] = 0.0
+                    continue
+                total = m * 0.0  # 0 in the dtype of the scores (m is finite here)
+                for e in range(e0, e1):
+                    p = math.exp(alpha[e, h] - m)
+                    alpha[e, h] = p
+                    total += p
+                for e in range(e0, e1):
+                    alpha[e, h] /= total
+            for e in range(e0, e1):  # weighted sum of the values, edge-major
+                j = src[e]
+                for h in range(H):
+                    a = alpha[e, h]
+                    for d in range(Dv):
+                        out[i, h, d] += a * v[j, h, d]
+
+    @jit
+    def backward_targets(crow, src, k, v, alpha, go, ga, has_ga, scale, dq, ds):  # pragma: no cover
+        L, H, D = dq.shape
+        Dv = v.shape[2]
+        for i in prange(L):
+            e0, e1 = crow[i], crow[i + 1]
+            for h in range(H):
+                for d in range(D):
+                    dq[i, h, d] = 0.0
+            for e in range(e0, e1):  # g_e = grad_out_i · v_j (+ grad_alpha_e)
+                j = src[e]
+                for h in range(H):
+                    g = go[i, h, 0] * 0.0
+                    for d in range(Dv):
+                        g += go[i, h, d] * v[j, h, d]
+                    if has_ga:
+                        g += ga[e, h]
+                    ds[e, h] = g
+            for h in range(H):  # d score = alpha (g - sum alpha g)
+                dot = alpha[e0, h] * 0.0 if e1 > e0 else 0.0
+                for e in range(e0, e1):
+                    dot += alpha[e, h] * ds[e, h]
+                for e in range(e0, e1):
+                    ds[e, h] = alpha[e, h] * (ds[e, h] - dot)
+            for e in range(e0, e1):
+                j = src[e]
+                for h in range(H):
+                    w = ds[e, h]
+                    for d in range(D):
+                        dq[i, h, d] += w * k[j, h, d]
+            for h in range(H):
+                for d in range(D):
+                    dq[i, h, d] *= scale
+
+    @jit
+    def backward_sources(crow_t, perm_t, col_t, q, alpha, go, ds, scale, dk, dv):  # pragma: no cover
+        S, H, D = dk.shape
+        Dv = dv.shape[2]
+        for j in prange(S):
+            for h in range(H):
+                for d in range(D):
+                    dk[j, h, d] = 0.0
+                for d in range(Dv):
+                    dv[j, h, d] = 0.0
+            for t in range(crow_t[j], crow_t[j + 1]):
+                e, i = perm_t[t], col_t[t]
+                for h in range(H):
+                    w, a = ds[e, h], alpha[e, h]
+                    for d in range(D):
+                        dk[j, h, d] += w * q[i, h, d]
+                    for d in range(Dv):
+                        dv[j, h, d] += a * go[i, h, d]
+            for h in range(H):
+                for d in range(D):
+                    dk[j, h, d] *= scale
+
+    return forward, backward_targets, backward_sources
+
+
+def _kernels():
+    global _KERNELS
+    with _LOCK:
+        if _KERNELS is None:
+            try:
+                _KERNELS = _build()
+            except ImportError:  # numba missing: the library path
+                _KERNELS = False
+        return _KERNELS
+
+
+def _threads() -> None:
+    import numba
+
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+
+
+def usable(query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, p: float) -> bool:
+    """Whether the fused kernel runs these inputs: CPU, float32/float64 alike, no dropout, numba present."""
+    if not ENABLED or p > 0.0 or query.device.type != "cpu" or query.dtype not in (torch.float32, torch.float64):
+        return False
+    if key.dtype != query.dtype or value.dtype != query.dtype or (bias is not None and bias.dtype != query.dtype):
+        return False
+    return bool(_kernels())
+
+
+def _np(t: Tensor):
+    return t.detach().contiguous().numpy()
+
+
+def fused_forward(graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float
+                  ) -> tuple[Tensor, Tensor]:
+    """``out (L, H, D_v)`` and ``alpha (E, H)`` in sorted edge order; ``bias`` ``(E, H or 1)`` sorted or None."""
+    forward = _kernels()[0]
+    _threads()
+    L, H, _ = query.shape
+    out = query.new_empty(L, H, value.size(2))  # (L, H, D_v)
+    alpha = query.new_empty(graph.E, H)  # (E, H)
+    b = query.new_zeros(1, 1) if bias is None else bias  # (E, H or 1)
+    forward(graph.crow.numpy(), graph.src.numpy(), _np(query), _np(key), _np(value), _np(b), bias is not None,
+            float(scale), out.numpy(), alpha.numpy())
+    return out, alpha
+
+
+def fused_backward(graph, query: Tensor, key: Tensor, value: Tensor, alpha: Tensor, grad_out: Tensor,
+                   grad_alpha: Tensor | None, scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``dq, dk, dv`` (n, H, d) and ``d score (E, H)`` (sorted); ``alpha``, ``grad_alpha`` (E, H) sorted."""
+    _, backward_targets, backward_sources = _kernels()
+    _threads()
+    H = query.size(1)
+    dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+    ds = query.new_empty(graph.E, H)  # (E, H)
+    a, go = _np(alpha), _np(grad_out)
+    ga = query.new_zeros(1, 1) if grad_alpha is None else grad_alpha  # (E, H)
+    backward_targets(graph.crow.numpy(), graph.src.numpy(), _np(key), _np(value), a, go, _np(ga),
+                     grad_alpha is not None, float(scale), dq.numpy(), ds.numpy())
+    perm_t, crow_t, col_t = graph.transposed()
+    backward_sources(crow_t.numpy(), perm_t.numpy(), col_t.numpy(), _np(query), a, go, ds.numpy(), float(scale),
+                     dk.numpy(), dv.numpy())
+    return dq, dk, dv, ds
