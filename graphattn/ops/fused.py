@@ -35,6 +35,8 @@ __all__ = ["usable", "fused_forward", "fused_backward"]
 
 ENABLED = True  # switch: False runs the library path (tests compare the two)
 _LOCK = threading.Lock()
+_CALL_LOCK = threading.Lock()
+_CONCURRENT = False  # True once the threading layer is known to take concurrent calls
 _KERNELS = None  # the compiled (forward, backward_targets, backward_sources); False when numba is missing
 
 
@@ -161,10 +163,23 @@ def _kernels():
         return _KERNELS
 
 
-def _threads() -> None:
+def _run(kernel, *args) -> None:
+    """Call a compiled kernel on numba threads as many as torch's; serialised on numba's "workqueue" layer.
+
+    The "omp" and "tbb" layers take concurrent calls; "workqueue" (numba's
+    fallback when neither is installed) aborts on them, so there the calls
+    queue on a lock.
+    """
+    global _CONCURRENT
     import numba
 
     numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+    if _CONCURRENT:
+        kernel(*args)
+        return
+    with _CALL_LOCK:
+        kernel(*args)
+        _CONCURRENT = numba.threading_layer() != "workqueue"
 
 
 def usable(query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, p: float) -> bool:
@@ -184,12 +199,11 @@ def fused_forward(graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor
                   ) -> tuple[Tensor, Tensor]:
     """``out (L, H, D_v)`` and ``alpha (E, H)`` in sorted edge order; ``bias`` ``(E, H or 1)`` sorted or None."""
     forward = _kernels()[0]
-    _threads()
     L, H, _ = query.shape
     out = query.new_empty(L, H, value.size(2))  # (L, H, D_v)
     alpha = query.new_empty(graph.E, H)  # (E, H)
     b = query.new_zeros(1, 1) if bias is None else bias  # (E, H or 1)
-    forward(graph.crow.numpy(), graph.src.numpy(), _np(query), _np(key), _np(value), _np(b), bias is not None,
+    _run(forward, graph.crow.numpy(), graph.src.numpy(), _np(query), _np(key), _np(value), _np(b), bias is not None,
             float(scale), out.numpy(), alpha.numpy())
     return out, alpha
 
@@ -198,15 +212,14 @@ def fused_backward(graph, query: Tensor, key: Tensor, value: Tensor, alpha: Tens
                    grad_alpha: Tensor | None, scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``dq, dk, dv`` (n, H, d) and ``d score (E, H)`` (sorted); ``alpha``, ``grad_alpha`` (E, H) sorted."""
     _, backward_targets, backward_sources = _kernels()
-    _threads()
     H = query.size(1)
     dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
     ds = query.new_empty(graph.E, H)  # (E, H)
     a, go = _np(alpha), _np(grad_out)
     ga = query.new_zeros(1, 1) if grad_alpha is None else grad_alpha  # (E, H)
-    backward_targets(graph.crow.numpy(), graph.src.numpy(), _np(key), _np(value), a, go, _np(ga),
+    _run(backward_targets, graph.crow.numpy(), graph.src.numpy(), _np(key), _np(value), a, go, _np(ga),
                      grad_alpha is not None, float(scale), dq.numpy(), ds.numpy())
     perm_t, crow_t, col_t = graph.transposed()
-    backward_sources(crow_t.numpy(), perm_t.numpy(), col_t.numpy(), _np(query), a, go, ds.numpy(), float(scale),
+    _run(backward_sources, crow_t.numpy(), perm_t.numpy(), col_t.numpy(), _np(query), a, go, ds.numpy(), float(scale),
                      dk.numpy(), dv.numpy())
     return dq, dk, dv, ds
