@@ -39,16 +39,19 @@ ENABLED = True  # switch: False runs the library path (tests compare the two)
 _LOCK = threading.Lock()
 _CALL_LOCK = threading.Lock()
 _CONCURRENT = False  # True once the threading layer is known to take concurrent calls
-_KERNELS = None  # the compiled (forward, backward_targets, backward_sources); False when numba is missing
+_KERNELS = {}  # parallel -> the compiled (forward, backward_targets, backward_sources)
+_NUMBA = None  # whether numba imports
 
 
-def _build():
+def _build(parallel: bool):
     import math
 
     import numba
-    from numba import prange
 
-    jit = numba.njit(parallel=True, cache=True, fastmath={"reassoc", "contract"}, nogil=True)
+    # the loop over targets/sources: prange on numba's threads, or range (one thread, no thread pool);
+    # a closure variable, so numba's on-disk cache keys the two variants apart
+    prange = numba.prange if parallel else range
+    jit = numba.njit(parallel=parallel, cache=True, fastmath={"reassoc", "contract"}, nogil=True)
 
     @jit
     def forward(crow, src, q, k, v, bias, has_bias, scale, out, alpha):  # pragma: no cover (compiled)
@@ -154,15 +157,26 @@ def _build():
     return forward, backward_targets, backward_sources
 
 
+def _has_numba() -> bool:
+    global _NUMBA
+    if _NUMBA is None:
+        try:
+            import numba  # noqa: F401
+            _NUMBA = True
+        except ImportError:  # the library path
+            _NUMBA = False
+    return _NUMBA
+
+
 def _kernels():
-    global _KERNELS
+    """The kernels for torch's thread count: serial for one thread (no thread pool), else ``prange``."""
+    import numba
+
+    parallel = torch.get_num_threads() > 1 and numba.config.NUMBA_NUM_THREADS > 1
     with _LOCK:
-        if _KERNELS is None:
-            try:
-                _KERNELS = _build()
-            except ImportError:  # numba missing: the library path
-                _KERNELS = False
-        return _KERNELS
+        if parallel not in _KERNELS:
+            _KERNELS[parallel] = _build(parallel)
+        return _KERNELS[parallel]
 
 
 def _run(kernel, *args) -> None:
@@ -170,12 +184,18 @@ def _run(kernel, *args) -> None:
 
     The "omp" and "tbb" layers take concurrent calls; "workqueue" (numba's
     fallback when neither is installed) aborts on them, so there the calls
-    queue on a lock.
+    queue on a lock. One thread runs the serial kernels: no thread pool (an
+    idle OpenMP pool spins, and its CPU time would count against every
+    operation that follows).
     """
     global _CONCURRENT
     import numba
 
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+    threads = torch.get_num_threads()
+    if threads == 1 or numba.config.NUMBA_NUM_THREADS == 1:
+        kernel(*args)
+        return
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     if _CONCURRENT:
         kernel(*args)
         return
@@ -190,7 +210,7 @@ def usable(query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, p: fl
         return False
     if key.dtype != query.dtype or value.dtype != query.dtype or (bias is not None and bias.dtype != query.dtype):
         return False
-    return bool(_kernels())
+    return _has_numba()
 
 
 def _np(t: Tensor):
