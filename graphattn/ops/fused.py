@@ -51,11 +51,13 @@ def _build(parallel: bool):
     # the loop over targets/sources: prange on numba's threads, or range (one thread, no thread pool);
     # a closure variable, so numba's on-disk cache keys the two variants apart
     prange = numba.prange if parallel else range
+    serial = not parallel  # one thread: dk, dv accumulated in the per-target pass (no second pass)
     jit = numba.njit(parallel=parallel, cache=True, fastmath={"reassoc", "contract"}, nogil=True)
 
     @jit
     def forward(crow, src, q, k, v, bias, has_bias, scale, out, alpha):  # pragma: no cover (compiled)
         L, H, D = q.shape
+        zero = scale - scale  # 0 in the feature dtype (scale is a scalar of it): sums stay in it
         Dv = v.shape[2]
         hb = bias.shape[1]
         for i in prange(L):
@@ -68,7 +70,7 @@ def _build(parallel: bool):
             for e in range(e0, e1):  # scores, edge-major: each k_j row read once
                 j = src[e]
                 for h in range(H):
-                    s = q[i, h, 0] * 0.0
+                    s = zero
                     for d in range(D):
                         s += q[i, h, d] * k[j, h, d]
                     s *= scale
@@ -84,7 +86,7 @@ def _build(parallel: bool):
                     for e in range(e0, e1):
                         alpha[e, h] = 0.0
                     continue
-                total = m * 0.0  # 0 in the dtype of the scores (m is finite here)
+                total = zero
                 for e in range(e0, e1):
                     p = math.exp(alpha[e, h] - m)
                     alpha[e, h] = p
@@ -99,8 +101,9 @@ def _build(parallel: bool):
                         out[i, h, d] += a * v[j, h, d]
 
     @jit
-    def backward_targets(crow, src, k, v, alpha, go, ga, has_ga, scale, dq, ds):  # pragma: no cover
+    def backward_targets(crow, src, q, k, v, alpha, go, ga, has_ga, scale, dq, ds, dk, dv):  # pragma: no cover
         L, H, D = dq.shape
+        zero = scale - scale  # 0 in the feature dtype (scale is a scalar of it): sums stay in it
         Dv = v.shape[2]
         for i in prange(L):
             e0, e1 = crow[i], crow[i + 1]
@@ -110,14 +113,14 @@ def _build(parallel: bool):
             for e in range(e0, e1):  # g_e = grad_out_i · v_j (+ grad_alpha_e)
                 j = src[e]
                 for h in range(H):
-                    g = go[i, h, 0] * 0.0
+                    g = zero
                     for d in range(Dv):
                         g += go[i, h, d] * v[j, h, d]
                     if has_ga:
                         g += ga[e, h]
                     ds[e, h] = g
             for h in range(H):  # d score = alpha (g - sum alpha g)
-                dot = alpha[e0, h] * 0.0 if e1 > e0 else 0.0
+                dot = zero
                 for e in range(e0, e1):
                     dot += alpha[e, h] * ds[e, h]
                 for e in range(e0, e1):
@@ -128,6 +131,12 @@ def _build(parallel: bool):
                     w = ds[e, h]
                     for d in range(D):
                         dq[i, h, d] += w * k[j, h, d]
+                    if serial:  # one thread: dk_j and dv_j here, in the order of the per-source pass
+                        a = alpha[e, h]
+                        for d in range(D):
+                            dk[j, h, d] += w * q[i, h, d]
+                        for d in range(Dv):
+                            dv[j, h, d] += a * go[i, h, d]
             for h in range(H):
                 for d in range(D):
                     dq[i, h, d] *= scale
@@ -168,11 +177,17 @@ def _has_numba() -> bool:
     return _NUMBA
 
 
+def _parallel_ok() -> bool:
+    import numba
+
+    return numba.config.NUMBA_NUM_THREADS > 1
+
+
 def _kernels():
     """The kernels for torch's thread count: serial for one thread (no thread pool), else ``prange``."""
     import numba
 
-    parallel = torch.get_num_threads() > 1 and numba.config.NUMBA_NUM_THREADS > 1
+    parallel = torch.get_num_threads() > 1 and _parallel_ok()
     with _LOCK:
         if parallel not in _KERNELS:
             _KERNELS[parallel] = _build(parallel)
@@ -192,7 +207,7 @@ def _run(kernel, *args) -> None:
     import numba
 
     threads = torch.get_num_threads()
-    if threads == 1 or numba.config.NUMBA_NUM_THREADS == 1:
+    if threads == 1 or not _parallel_ok():
         kernel(*args)
         return
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
@@ -213,6 +228,11 @@ def usable(query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, p: fl
     return _has_numba()
 
 
+def _scalar(x: float, like: Tensor):
+    """``x`` as a NumPy scalar of ``like``'s dtype: the kernels' sums and products stay in that dtype."""
+    return like.new_tensor(x).numpy()[()]
+
+
 def _np(t: Tensor):
     return t.detach().contiguous().numpy()
 
@@ -226,7 +246,7 @@ def fused_forward(graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor
     alpha = query.new_empty(graph.E, H)  # (E, H)
     b = query.new_zeros(1, 1) if bias is None else bias  # (E, H or 1)
     _run(forward, graph.crow.numpy(), graph.src.numpy(), _np(query), _np(key), _np(value), _np(b), bias is not None,
-            float(scale), out.numpy(), alpha.numpy())
+            _scalar(scale, query), out.numpy(), alpha.numpy())
     return out, alpha
 
 
@@ -234,14 +254,20 @@ def fused_backward(graph, query: Tensor, key: Tensor, value: Tensor, alpha: Tens
                    grad_alpha: Tensor | None, scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``dq, dk, dv`` (n, H, d) and ``d score (E, H)`` (sorted); ``alpha``, ``grad_alpha`` (E, H) sorted."""
     _, backward_targets, backward_sources = _kernels()
+    serial = torch.get_num_threads() == 1 or not _parallel_ok()
     H = query.size(1)
-    dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+    dq = torch.empty_like(query)
+    make = torch.zeros_like if serial else torch.empty_like
+    dk, dv = make(key), make(value)
     ds = query.new_empty(graph.E, H)  # (E, H)
-    a, go = _np(alpha), _np(grad_out)
+    q, a, go = _np(query), _np(alpha), _np(grad_out)
     ga = query.new_zeros(1, 1) if grad_alpha is None else grad_alpha  # (E, H)
-    _run(backward_targets, graph.crow.numpy(), graph.src.numpy(), _np(key), _np(value), a, go, _np(ga),
-                     grad_alpha is not None, float(scale), dq.numpy(), ds.numpy())
-    perm_t, crow_t, col_t = graph.transposed()
-    _run(backward_sources, crow_t.numpy(), perm_t.numpy(), col_t.numpy(), _np(query), a, go, ds.numpy(), float(scale),
-                     dk.numpy(), dv.numpy())
+    _run(backward_targets, graph.crow.numpy(), graph.src.numpy(), q, _np(key), _np(value), a, go, _np(ga),
+         grad_alpha is not None, _scalar(scale, query), dq.numpy(), ds.numpy(), dk.numpy(), dv.numpy())
+    if serial:
+        dk.mul_(scale)
+    else:  # per source: no two threads write one row
+        perm_t, crow_t, col_t = graph.transposed()
+        _run(backward_sources, crow_t.numpy(), perm_t.numpy(), col_t.numpy(), q, a, go, ds.numpy(), _scalar(scale, query),
+             dk.numpy(), dv.numpy())
     return dq, dk, dv, ds
