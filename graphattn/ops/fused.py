@@ -55,19 +55,19 @@ def _build(parallel: bool):
     jit = numba.njit(parallel=parallel, cache=True, fastmath={"reassoc", "contract"}, nogil=True)
 
     @jit
-    def forward(crow, src, q, k, v, bias, has_bias, scale, out, alpha):  # pragma: no cover (compiled)
+    def forward(crow, src, q, k, v, bias, has_bias, scale, out, alpha, top, norm):  # pragma: no cover (compiled)
         L, H, D = q.shape
         zero = scale - scale  # 0 in the feature dtype (scale is a scalar of it): sums stay in it
         Dv = v.shape[2]
         hb = bias.shape[1]
-        for i in prange(L):
+        for i in prange(L):  # every loop edge-major, heads innermost: contiguous rows
             e0, e1 = crow[i], crow[i + 1]
             for h in range(H):
                 for d in range(Dv):
                     out[i, h, d] = 0.0
-            if e0 == e1:
-                continue
-            for e in range(e0, e1):  # scores, edge-major: each k_j row read once
+                top[i, h] = -math.inf
+                norm[i, h] = zero
+            for e in range(e0, e1):  # scores and their maximum per head
                 j = src[e]
                 for h in range(H):
                     s = zero
@@ -77,31 +77,27 @@ def _build(parallel: bool):
                     if has_bias:
                         s += bias[e, h if hb > 1 else 0]
                     alpha[e, h] = s
-            for h in range(H):  # softmax per head over the target's edges
-                m = alpha[e0, h]
-                for e in range(e0 + 1, e1):
-                    if alpha[e, h] > m:
-                        m = alpha[e, h]
-                if m == -math.inf:  # every score -inf: weights 0, output row 0
-                    for e in range(e0, e1):
-                        alpha[e, h] = 0.0
-                    continue
-                total = zero
-                for e in range(e0, e1):
-                    p = math.exp(alpha[e, h] - m)
+                    top[i, h] = max(top[i, h], s)
+            for h in range(H):
+                if top[i, h] == -math.inf:  # every score -inf: exp gives 0, the weights and the row are 0
+                    top[i, h] = zero
+            for e in range(e0, e1):
+                for h in range(H):
+                    p = math.exp(alpha[e, h] - top[i, h])
                     alpha[e, h] = p
-                    total += p
-                for e in range(e0, e1):
-                    alpha[e, h] /= total
-            for e in range(e0, e1):  # weighted sum of the values, edge-major
+                    norm[i, h] += p
+            for h in range(H):
+                norm[i, h] = 1 / norm[i, h] if norm[i, h] > 0 else zero
+            for e in range(e0, e1):  # the weights and the weighted sum of the values
                 j = src[e]
                 for h in range(H):
-                    a = alpha[e, h]
+                    w = alpha[e, h] * norm[i, h]
+                    alpha[e, h] = w
                     for d in range(Dv):
-                        out[i, h, d] += a * v[j, h, d]
+                        out[i, h, d] += w * v[j, h, d]
 
     @jit
-    def backward_targets(crow, src, q, k, v, alpha, go, ga, has_ga, scale, dq, ds, dk, dv):  # pragma: no cover
+    def backward_targets(crow, src, q, k, v, alpha, go, ga, has_ga, scale, dq, ds, dk, dv, dot):  # pragma: no cover
         L, H, D = dq.shape
         zero = scale - scale  # 0 in the feature dtype (scale is a scalar of it): sums stay in it
         Dv = v.shape[2]
@@ -110,7 +106,8 @@ def _build(parallel: bool):
             for h in range(H):
                 for d in range(D):
                     dq[i, h, d] = 0.0
-            for e in range(e0, e1):  # g_e = grad_out_i · v_j (+ grad_alpha_e)
+                dot[i, h] = zero
+            for e in range(e0, e1):  # g_e = grad_out_i · v_j (+ grad_alpha_e) and sum_e alpha_e g_e
                 j = src[e]
                 for h in range(H):
                     g = zero
@@ -119,16 +116,12 @@ def _build(parallel: bool):
                     if has_ga:
                         g += ga[e, h]
                     ds[e, h] = g
-            for h in range(H):  # d score = alpha (g - sum alpha g)
-                dot = zero
-                for e in range(e0, e1):
-                    dot += alpha[e, h] * ds[e, h]
-                for e in range(e0, e1):
-                    ds[e, h] = alpha[e, h] * (ds[e, h] - dot)
-            for e in range(e0, e1):
+                    dot[i, h] += alpha[e, h] * g
+            for e in range(e0, e1):  # d score = alpha (g - sum alpha g), dq_i (and on one thread dk_j, dv_j)
                 j = src[e]
                 for h in range(H):
-                    w = ds[e, h]
+                    w = alpha[e, h] * (ds[e, h] - dot[i, h])
+                    ds[e, h] = w
                     for d in range(D):
                         dq[i, h, d] += w * k[j, h, d]
                     if serial:  # one thread: dk_j and dv_j here, in the order of the per-source pass
@@ -245,8 +238,9 @@ def fused_forward(graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor
     out = query.new_empty(L, H, value.size(2))  # (L, H, D_v)
     alpha = query.new_empty(graph.E, H)  # (E, H)
     b = query.new_zeros(1, 1) if bias is None else bias  # (E, H or 1)
+    top, norm = query.new_empty(L, H), query.new_empty(L, H)  # (L, H) scratch: maximum score, 1 / sum exp
     _run(forward, graph.crow.numpy(), graph.src.numpy(), _np(query), _np(key), _np(value), _np(b), bias is not None,
-            _scalar(scale, query), out.numpy(), alpha.numpy())
+            _scalar(scale, query), out.numpy(), alpha.numpy(), top.numpy(), norm.numpy())
     return out, alpha
 
 
@@ -263,7 +257,8 @@ def fused_backward(graph, query: Tensor, key: Tensor, value: Tensor, alpha: Tens
     q, a, go = _np(query), _np(alpha), _np(grad_out)
     ga = query.new_zeros(1, 1) if grad_alpha is None else grad_alpha  # (E, H)
     _run(backward_targets, graph.crow.numpy(), graph.src.numpy(), q, _np(key), _np(value), a, go, _np(ga),
-         grad_alpha is not None, _scalar(scale, query), dq.numpy(), ds.numpy(), dk.numpy(), dv.numpy())
+         grad_alpha is not None, _scalar(scale, query), dq.numpy(), ds.numpy(), dk.numpy(), dv.numpy(),
+         query.new_empty(query.size(0), H).numpy())
     if serial:
         dk.mul_(scale)
     else:  # per source: no two threads write one row
