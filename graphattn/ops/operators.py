@@ -72,7 +72,9 @@ def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_b
        complete graph or exactly the causal DAG (top-left aligned).
     2. ``"block"`` when the edges have no duplicates and fill at least
        ``MIN_FILL`` of the padded ``BLOCK x BLOCK`` tiles.
-    3. ``"csr"`` otherwise (exact for every input).
+    3. ``"csr"`` otherwise (exact for every input): on the CPU in float32/float64
+       without dropout the fused kernel of :mod:`graphattn.ops.fused`, else the library calls
+       of :mod:`graphattn.ops.csr`.
 
     A forced ``impl`` skips the cost rule of "block"; a forced kernel that
     cannot run the graph raises, it never runs another one.
