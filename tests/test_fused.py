@@ -132,3 +132,16 @@ def test_fused_only_where_it_applies(monkeypatch):
     ga.attention(q.half(), q.half(), q.half(), ei, impl="csr")  # half types run in float32: fused
     assert len(calls) == 1
     assert not fused.usable(q.to(torch.complex64), q, q, None, 0.0)
+
+
+def test_without_numba_the_library_path_runs(monkeypatch):
+    calls = []
+    monkeypatch.setattr(operators, "fused_forward", lambda *a: calls.append(1) or fused.fused_forward(*a))
+    monkeypatch.setattr(fused, "_NUMBA", False)  # as if `import numba` had failed
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(20, 2, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    ei = _graph("duplicates", 20, 20)
+    out, _ = ga.attention(q, k, v, ei, impl="csr", scale=0.7)
+    out.sum().backward()
+    assert not calls
+    assert_close(out.detach(), _dense(q.detach(), k.detach(), v.detach(), ei, 0.7)[0])
