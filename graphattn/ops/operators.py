@@ -45,6 +45,7 @@ from torch import Tensor
 
 from graphattn.ops.block import block_backward, block_forward
 from graphattn.ops.csr import csr_backward, csr_forward
+from graphattn.ops.fused import fused_backward, fused_forward, usable
 from graphattn.ops.guard import csr_fix, finite, graph_guards, guarded
 from graphattn.ops.ragged import ragged_backward, ragged_forward
 from graphattn.ops.sdpa import dense_backward, dense_forward
@@ -69,7 +70,9 @@ def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_b
        complete graph or exactly the causal DAG (top-left aligned).
     2. ``"block"`` when the edges have no duplicates and fill at least
        ``MIN_FILL`` of the padded ``BLOCK x BLOCK`` tiles.
-    3. ``"csr"`` otherwise (exact for every input).
+    3. ``"csr"`` otherwise (exact for every input): on the CPU in float32/float64
+       without dropout the fused kernel of :mod:`graphattn.ops.fused`, else the library calls
+       of :mod:`graphattn.ops.csr`.
 
     A forced ``impl`` skips the cost rule of "block"; a forced kernel that
     cannot run the graph raises, it never runs another one.
@@ -152,6 +155,9 @@ def attention_op(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, 
             return block_forward(graph, tiles, q, k, v, bias, scale, p, need_alpha)
 
         out, alpha, keep = guarded(kernel, fix, query, key, value, *graph_guards(graph))
+    elif usable(query, key, value, bias, p):  # CPU float32/64, no dropout: one fused pass per target
+        out, alpha = fused_forward(graph, query, key, value, bias, scale)  # (L, H, D_v), (E, H) sorted
+        alpha, keep = alpha.t(), None  # (H, E) as the other kernels give it
     else:
         out, alpha, keep = csr_forward(graph, query, key, value, bias, scale, p)
     order = (lambda x: x.contiguous()) if sorted_alpha else (lambda x: graph.unsort(x).contiguous())
@@ -192,6 +198,10 @@ def attention_backward_op(grad_out: Tensor, grad_alpha: Tensor | None, query: Te
         dq, dk, dv, ds = dense_backward(graph.edge_set(), *args, need_ds=need_ds)
     elif chosen == "block":
         dq, dk, dv, ds = block_backward(graph, _tiles(graph, impl), *args, need_ds=need_ds)
+    elif keep is None and usable(query, key, value, edge_bias, dropout):
+        dq, dk, dv, ds = fused_backward(graph, query, key, value, args[3].t(), grad_out,
+                                        None if args[7] is None else args[7].t(), scale)
+        ds = ds.t()  # (H, E) as the other kernels give it
     else:
         dq, dk, dv, ds = csr_backward(graph, *args)
     ds = graph.unsort(ds.t()).contiguous() if need_ds else _empty(query, H)  # (E, H) caller's order

@@ -1,0 +1,273 @@
+"""The fused CPU kernel of the CSR path: scores, softmax and weighted sum in one pass per target (numba).
+
+For float32/float64 features on the CPU without dropout (and with a first-order
+backward), the ``"csr"`` kernel runs here instead of :mod:`graphattn.ops.csr`'s
+three library calls (sampled matmul, segment softmax, sparse-dense matmul).
+
+- Forward, for each target i (``prange`` on several threads), over its
+  incoming edges (sorted, CSR), edge-major with the heads innermost: the
+  per-head scores ``scale * q_i · k_j (+ bias)`` and their maximum, ``exp``
+  and its sum, the weights, ``out_i = sum_e alpha_e v_j``; nothing per edge
+  but the weights ``alpha (E, H)`` the backward reads, and (L, H) scratch.
+- Backward, per target: ``g_e = grad_out_i · v_j (+ grad_alpha_e)``,
+  ``d score_e = alpha_e (g_e - sum_e' alpha_e' g_e')`` and ``dq_i``. On one
+  thread ``dk_j`` and ``dv_j`` accumulate in the same pass; on several, a
+  second pass per source j (the transposed CSR) sums them over its outgoing
+  edges, so no two threads write one row (no atomics). Both sum a row's terms
+  by ascending target: the result does not depend on the thread count.
+- One thread runs loops compiled without ``parallel`` (no thread pool: an idle
+  OpenMP pool spins, and its CPU time counted against every operation after
+  it, 8 ms on a 0.15 ms ``torch.equal``).
+
+Same formulas as the library path, the same exact zero row for a target
+without edges or with every score ``-inf``; sums accumulate in the feature
+dtype, reassociated (``fastmath={"reassoc", "contract"}``: LLVM vectorises the
+dot products; no assumption about inf or NaN, so ``-inf`` keeps its meaning).
+Why numba and not a C++ extension (``torch.utils.cpp_extension``): that
+compiles against PyTorch's headers (about a minute, and a compiler on the
+user's machine); numba is one wheel, compiles these loops in seconds and
+caches them next to this file (``cache=True``). It is imported the first time
+the kernel runs, so ``import graphattn`` stays light; without numba the
+library path runs.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch import Tensor
+
+__all__ = ["usable", "fused_forward", "fused_backward"]
+
+ENABLED = True  # switch: False runs the library path (tests compare the two)
+_LOCK = threading.Lock()
+_CALL_LOCK = threading.Lock()
+_CONCURRENT = False  # True once the threading layer is known to take concurrent calls
+_KERNELS = {}  # parallel -> the compiled (forward, backward_targets, backward_sources)
+_NUMBA = None  # whether numba imports
+
+
+def _build(parallel: bool):
+    import math
+
+    import numba
+
+    # the loop over targets/sources: prange on numba's threads, or range (one thread, no thread pool);
+    # a closure variable, so numba's on-disk cache keys the two variants apart
+    prange = numba.prange if parallel else range
+    serial = not parallel  # one thread: dk, dv accumulated in the per-target pass (no second pass)
+    jit = numba.njit(parallel=parallel, cache=True, fastmath={"reassoc", "contract"}, nogil=True)
+
+    @jit
+    def forward(crow, src, q, k, v, bias, has_bias, scale, out, alpha, top, norm):  # pragma: no cover (compiled)
+        L, H, D = q.shape
+        zero = scale - scale  # 0 in the feature dtype (scale is a scalar of it): sums stay in it
+        Dv = v.shape[2]
+        hb = bias.shape[1]
+        for i in prange(L):  # every loop edge-major, heads innermost: contiguous rows
+            e0, e1 = crow[i], crow[i + 1]
+            for h in range(H):
+                for d in range(Dv):
+                    out[i, h, d] = 0.0
+                top[i, h] = -math.inf
+                norm[i, h] = zero
+            for e in range(e0, e1):  # scores and their maximum per head
+                j = src[e]
+                for h in range(H):
+                    s = zero
+                    for d in range(D):
+                        s += q[i, h, d] * k[j, h, d]
+                    s *= scale
+                    if has_bias:
+                        s += bias[e, h if hb > 1 else 0]
+                    alpha[e, h] = s
+                    top[i, h] = max(top[i, h], s)
+            for h in range(H):
+                if top[i, h] == -math.inf:  # every score -inf: exp gives 0, the weights and the row are 0
+                    top[i, h] = zero
+            for e in range(e0, e1):
+                for h in range(H):
+                    p = math.exp(alpha[e, h] - top[i, h])
+                    alpha[e, h] = p
+                    norm[i, h] += p
+            for h in range(H):
+                norm[i, h] = 1 / norm[i, h] if norm[i, h] > 0 else zero
+            for e in range(e0, e1):  # the weights and the weighted sum of the values
+                j = src[e]
+                for h in range(H):
+                    w = alpha[e, h] * norm[i, h]
+                    alpha[e, h] = w
+                    for d in range(Dv):
+                        out[i, h, d] += w * v[j, h, d]
+
+    @jit
+    def backward_targets(crow, src, q, k, v, alpha, go, ga, has_ga, scale, dq, ds, dk, dv, dot):  # pragma: no cover
+        L, H, D = dq.shape
+        zero = scale - scale  # 0 in the feature dtype (scale is a scalar of it): sums stay in it
+        Dv = v.shape[2]
+        for i in prange(L):
+            e0, e1 = crow[i], crow[i + 1]
+            for h in range(H):
+                for d in range(D):
+                    dq[i, h, d] = 0.0
+                dot[i, h] = zero
+            for e in range(e0, e1):  # g_e = grad_out_i · v_j (+ grad_alpha_e) and sum_e alpha_e g_e
+                j = src[e]
+                for h in range(H):
+                    g = zero
+                    for d in range(Dv):
+                        g += go[i, h, d] * v[j, h, d]
+                    if has_ga:
+                        g += ga[e, h]
+                    ds[e, h] = g
+                    dot[i, h] += alpha[e, h] * g
+            for e in range(e0, e1):  # d score = alpha (g - sum alpha g), dq_i (and on one thread dk_j, dv_j)
+                j = src[e]
+                for h in range(H):
+                    w = alpha[e, h] * (ds[e, h] - dot[i, h])
+                    ds[e, h] = w
+                    for d in range(D):
+                        dq[i, h, d] += w * k[j, h, d]
+                    if serial:  # one thread: dk_j and dv_j here, in the order of the per-source pass
+                        a = alpha[e, h]
+                        for d in range(D):
+                            dk[j, h, d] += w * q[i, h, d]
+                        for d in range(Dv):
+                            dv[j, h, d] += a * go[i, h, d]
+            for h in range(H):
+                for d in range(D):
+                    dq[i, h, d] *= scale
+
+    @jit
+    def backward_sources(crow_t, perm_t, col_t, q, alpha, go, ds, scale, dk, dv):  # pragma: no cover
+        S, H, D = dk.shape
+        Dv = dv.shape[2]
+        for j in prange(S):
+            for h in range(H):
+                for d in range(D):
+                    dk[j, h, d] = 0.0
+                for d in range(Dv):
+                    dv[j, h, d] = 0.0
+            for t in range(crow_t[j], crow_t[j + 1]):
+                e, i = perm_t[t], col_t[t]
+                for h in range(H):
+                    w, a = ds[e, h], alpha[e, h]
+                    for d in range(D):
+                        dk[j, h, d] += w * q[i, h, d]
+                    for d in range(Dv):
+                        dv[j, h, d] += a * go[i, h, d]
+            for h in range(H):
+                for d in range(D):
+                    dk[j, h, d] *= scale
+
+    return forward, backward_targets, backward_sources
+
+
+def _has_numba() -> bool:
+    global _NUMBA
+    if _NUMBA is None:
+        try:
+            import numba  # noqa: F401
+            _NUMBA = True
+        except ImportError:  # the library path
+            _NUMBA = False
+    return _NUMBA
+
+
+def _parallel_ok() -> bool:
+    import numba
+
+    return numba.config.NUMBA_NUM_THREADS > 1
+
+
+def _kernels():
+    """The kernels for torch's thread count: serial for one thread (no thread pool), else ``prange``."""
+    import numba
+
+    parallel = torch.get_num_threads() > 1 and _parallel_ok()
+    with _LOCK:
+        if parallel not in _KERNELS:
+            _KERNELS[parallel] = _build(parallel)
+        return _KERNELS[parallel]
+
+
+def _run(kernel, *args) -> None:
+    """Call a compiled kernel on numba threads as many as torch's; serialised on numba's "workqueue" layer.
+
+    The "omp" and "tbb" layers take concurrent calls; "workqueue" (numba's
+    fallback when neither is installed) aborts on them, so there the calls
+    queue on a lock. One thread runs the serial kernels: no thread pool (an
+    idle OpenMP pool spins, and its CPU time would count against every
+    operation that follows).
+    """
+    global _CONCURRENT
+    import numba
+
+    threads = torch.get_num_threads()
+    if threads == 1 or not _parallel_ok():
+        kernel(*args)
+        return
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    if _CONCURRENT:
+        kernel(*args)
+        return
+    with _CALL_LOCK:
+        kernel(*args)
+        _CONCURRENT = numba.threading_layer() != "workqueue"
+
+
+def usable(query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, p: float) -> bool:
+    """Whether the fused kernel runs these inputs: CPU, float32/float64 alike, no dropout, numba present."""
+    if not ENABLED or p > 0.0 or query.device.type != "cpu" or query.dtype not in (torch.float32, torch.float64):
+        return False
+    if key.dtype != query.dtype or value.dtype != query.dtype or (bias is not None and bias.dtype != query.dtype):
+        return False
+    return _has_numba()
+
+
+def _scalar(x: float, like: Tensor):
+    """``x`` as a NumPy scalar of ``like``'s dtype: the kernels' sums and products stay in that dtype."""
+    return like.new_tensor(x).numpy()[()]
+
+
+def _np(t: Tensor):
+    return t.detach().contiguous().numpy()
+
+
+def fused_forward(graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float
+                  ) -> tuple[Tensor, Tensor]:
+    """``out (L, H, D_v)`` and ``alpha (E, H)`` in sorted edge order; ``bias`` ``(E, H or 1)`` sorted or None."""
+    forward = _kernels()[0]
+    L, H, _ = query.shape
+    out = query.new_empty(L, H, value.size(2))  # (L, H, D_v)
+    alpha = query.new_empty(graph.E, H)  # (E, H)
+    b = query.new_zeros(1, 1) if bias is None else bias  # (E, H or 1)
+    top, norm = query.new_empty(L, H), query.new_empty(L, H)  # (L, H) scratch: maximum score, 1 / sum exp
+    _run(forward, graph.crow.numpy(), graph.src.numpy(), _np(query), _np(key), _np(value), _np(b), bias is not None,
+            _scalar(scale, query), out.numpy(), alpha.numpy(), top.numpy(), norm.numpy())
+    return out, alpha
+
+
+def fused_backward(graph, query: Tensor, key: Tensor, value: Tensor, alpha: Tensor, grad_out: Tensor,
+                   grad_alpha: Tensor | None, scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``dq, dk, dv`` (n, H, d) and ``d score (E, H)`` (sorted); ``alpha``, ``grad_alpha`` (E, H) sorted."""
+    _, backward_targets, backward_sources = _kernels()
+    serial = torch.get_num_threads() == 1 or not _parallel_ok()
+    H = query.size(1)
+    dq = torch.empty_like(query)
+    make = torch.zeros_like if serial else torch.empty_like
+    dk, dv = make(key), make(value)
+    ds = query.new_empty(graph.E, H)  # (E, H)
+    q, a, go = _np(query), _np(alpha), _np(grad_out)
+    ga = query.new_zeros(1, 1) if grad_alpha is None else grad_alpha  # (E, H)
+    _run(backward_targets, graph.crow.numpy(), graph.src.numpy(), q, _np(key), _np(value), a, go, _np(ga),
+         grad_alpha is not None, _scalar(scale, query), dq.numpy(), ds.numpy(), dk.numpy(), dv.numpy(),
+         query.new_empty(query.size(0), H).numpy())
+    if serial:
+        dk.mul_(scale)
+    else:  # per source: no two threads write one row
+        perm_t, crow_t, col_t = graph.transposed()
+        _run(backward_sources, crow_t.numpy(), perm_t.numpy(), col_t.numpy(), q, a, go, ds.numpy(), _scalar(scale, query),
+             dk.numpy(), dv.numpy())
+    return dq, dk, dv, ds

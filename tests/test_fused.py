@@ -1,0 +1,147 @@
+"""The fused CPU kernel of the CSR path (graphattn.ops.fused) against the library path and a dense oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import DTYPES, assert_close
+import graphattn as ga
+from graphattn.ops import fused, operators
+
+pytest.importorskip("numba")
+
+
+def _dense(q, k, v, edge_index, scale, bias=None):
+    """Masked dense softmax, duplicates by multiplicity (log count in the score): out (L, H, Dv), alpha (E, H)."""
+    (L, H, _), S = q.shape, k.size(0)
+    src, dst = edge_index
+    count = torch.zeros(L, S, dtype=q.dtype).index_put_((dst, src), torch.ones_like(src, dtype=q.dtype),
+                                                        accumulate=True)  # (L, S)
+    score = torch.einsum("ihd,jhd->hij", q, k) * scale + count.log()  # (H, L, S); no edge: -inf
+    if bias is not None:  # one bias per (i, j) pair (the graphs with a bias have no duplicates)
+        dense_bias = torch.zeros(H, L, S, dtype=q.dtype)
+        dense_bias[:, dst, src] = bias.t().expand(H, -1)
+        score = score + dense_bias
+    dead = torch.isneginf(score).all(-1, keepdim=True)  # (H, L, 1) a row without edges (or weights)
+    weight = torch.softmax(score.masked_fill(dead, 0.0), -1).masked_fill(dead, 0.0)  # (H, L, S); dead rows: 0
+    out = torch.einsum("hij,jhd->ihd", weight, v)  # (L, H, Dv)
+    return out, (weight[:, dst, src] / count[dst, src]).t()  # (E, H)
+
+
+def _graph(name, L, S, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if name == "duplicates":  # repeated pairs, unsorted, some targets without edges
+        ei = torch.stack([torch.randint(0, S, (6 * L,), generator=g), torch.randint(0, L // 2, (6 * L,), generator=g)])
+        return torch.cat([ei, ei[:, :L]], 1)
+    cells = torch.randperm(L * S, generator=g)[: 4 * L]  # distinct pairs, unsorted
+    return torch.stack([cells % S, cells // S])  # (2, E), some targets without edges
+
+
+def _run(q, k, v, ei, bias, need_weights, enabled):
+    fused.ENABLED = enabled
+    try:
+        for t in (q, k, v, bias):
+            if t is not None:
+                t.grad = None
+        out, alpha = ga.attention(q, k, v, ei, edge_bias=bias, impl="csr", scale=0.7, need_weights=need_weights)
+        loss = (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum()
+        if need_weights:
+            loss = loss + (alpha * torch.linspace(0, 2, alpha.numel(), dtype=alpha.dtype).view_as(alpha)).sum()
+        loss.backward()
+        grads = [None if t is None else t.grad.clone() for t in (q, k, v, bias)]
+        return out.detach(), None if alpha is None else alpha.detach(), grads
+    finally:
+        fused.ENABLED = True
+
+
+CASES = [("duplicates", 40, 40, None), ("random", 30, 50, None), ("random", 50, 20, "heads"), ("random", 40, 40, "one")]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("name, L, S, bias_kind", CASES)
+def test_fused_equals_library_path_and_dense_oracle(name, L, S, bias_kind, need_weights, dtype, monkeypatch):
+    calls = []
+    monkeypatch.setattr(operators, "fused_forward", lambda *a: calls.append(1) or fused.fused_forward(*a))
+    torch.manual_seed(1)
+    H, D, Dv = 3, 5, 4
+    ei = _graph(name, L, S)
+    q, k, v = (torch.randn(n, H, d, dtype=dtype, requires_grad=True) for n, d in ((L, D), (S, D), (S, Dv)))
+    bias = None
+    if bias_kind:
+        bias = torch.randn(ei.size(1), H if bias_kind == "heads" else 1, dtype=dtype)
+        bias[::7] = float("-inf")  # edges without weight
+        bias[ei[1] == ei[1, 0]] = float("-inf")  # one target with every score -inf: a zero row
+        bias.requires_grad_()
+    got = _run(q, k, v, ei, bias, need_weights, True)
+    assert calls, "the fused kernel did not run"
+    lib = _run(q, k, v, ei, bias, need_weights, False)
+    assert len(calls) == 1
+    tol = {} if dtype == torch.float64 else dict(atol=2e-6, rtol=2e-6)  # float32: the noise floor
+    for a, b in zip([got[0], got[1], *got[2]], [lib[0], lib[1], *lib[2]]):
+        if b is not None:
+            assert_close(a, b, **tol)
+    ref_out, ref_alpha = _dense(q.detach().double(), k.detach().double(), v.detach().double(), ei, 0.7,
+                                None if bias is None else bias.detach().double())
+    assert_close(got[0].double(), ref_out, dtype)
+    assert (got[0][ei[1].max() + 1:] == 0).all()  # targets without edges: zero rows
+    if need_weights:
+        assert_close(got[1].double(), ref_alpha, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_gradients_equal_dense_oracle(dtype):
+    torch.manual_seed(2)
+    L, S, H, D = 30, 25, 2, 6
+    ei = _graph("duplicates", L, S)
+    q, k, v = (torch.randn(n, H, D, dtype=dtype, requires_grad=True) for n in (L, S, S))
+    got = _run(q, k, v, ei, None, True, True)[2]
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    out, alpha = _dense(*leaves, ei, 0.7)
+    loss = (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum()
+    loss = loss + (alpha * torch.linspace(0, 2, alpha.numel(), dtype=alpha.dtype).view_as(alpha)).sum()
+    loss.backward()
+    for a, leaf in zip(got, leaves):
+        assert_close(a.double(), leaf.grad, dtype)
+
+
+def test_fused_result_does_not_depend_on_thread_count():
+    torch.manual_seed(3)
+    L, H, D = 200, 4, 8
+    ei = _graph("duplicates", L, L)
+    q, k, v = (torch.randn(L, H, D, requires_grad=True) for _ in range(3))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _run(q, k, v, ei, None, False, True)
+        torch.set_num_threads(2)
+        two = _run(q, k, v, ei, None, False, True)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip([one[0], *one[2][:3]], [two[0], *two[2][:3]]):
+        assert torch.equal(a, b)
+
+
+def test_fused_only_where_it_applies(monkeypatch):
+    calls = []
+    monkeypatch.setattr(operators, "fused_forward", lambda *a: calls.append(1) or fused.fused_forward(*a))
+    q = torch.randn(20, 2, 4)
+    ei = _graph("random", 20, 20)
+    ga.attention(q, q, q, ei, impl="csr", dropout=0.5, training=True)  # dropout: the library path
+    ga.attention(q.half(), q.half(), q.half(), ei, impl="csr")  # half types run in float32: fused
+    assert len(calls) == 1
+    assert not fused.usable(q.to(torch.complex64), q, q, None, 0.0)
+
+
+def test_without_numba_the_library_path_runs(monkeypatch):
+    calls = []
+    monkeypatch.setattr(operators, "fused_forward", lambda *a: calls.append(1) or fused.fused_forward(*a))
+    monkeypatch.setattr(fused, "_NUMBA", False)  # as if `import numba` had failed
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(20, 2, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    ei = _graph("duplicates", 20, 20)
+    out, _ = ga.attention(q, k, v, ei, impl="csr", scale=0.7)
+    out.sum().backward()
+    assert not calls
+    assert_close(out.detach(), _dense(q.detach(), k.detach(), v.detach(), ei, 0.7)[0])
