@@ -44,7 +44,7 @@ ENABLED = True  # switch: False runs the library path (tests compare the two)
 _LOCK = threading.Lock()
 _CALL_LOCK = threading.Lock()
 _CONCURRENT = False  # True once the threading layer is known to take concurrent calls
-_KERNELS = {}  # parallel -> the compiled (forward, backward_targets, backward_sources)
+_KERNELS: dict[bool, tuple] = {}  # parallel -> the compiled (forward, backward_targets, backward_sources)
 _NUMBA = None  # whether numba imports
 
 
@@ -178,7 +178,7 @@ def _has_numba() -> bool:
 def _parallel_ok() -> bool:
     import numba
 
-    return numba.config.NUMBA_NUM_THREADS > 1
+    return int(getattr(numba.config, "NUMBA_NUM_THREADS", 1)) > 1
 
 
 def _kernels():
@@ -208,7 +208,7 @@ def _run(kernel, *args) -> None:
     if threads == 1 or not _parallel_ok():
         kernel(*args)
         return
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(min(threads, int(getattr(numba.config, "NUMBA_NUM_THREADS", 1))))
     if _CONCURRENT:
         kernel(*args)
         return
