@@ -183,8 +183,6 @@ def _parallel_ok() -> bool:
 
 def _kernels():
     """The kernels for torch's thread count: serial for one thread (no thread pool), else ``prange``."""
-    import numba
-
     parallel = torch.get_num_threads() > 1 and _parallel_ok()
     with _LOCK:
         if parallel not in _KERNELS:
