@@ -32,7 +32,7 @@ from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from graphattn import _compat, ops
 from graphattn.cache import ContentCache
-from graphattn.routing import needs_propagate
+from graphattn.routing import copy_weights, needs_propagate
 from graphattn.validate import check_choice
 
 __all__ = ["GATConv", "GATv2Conv"]
@@ -100,9 +100,7 @@ def _from(cls, conv, impl: str):
                   bias=conv.bias is not None, residual=conv.residual, aggr=conv.aggr, flow=conv.flow)
     if isinstance(conv, PyGGATv2Conv):
         kwargs["share_weights"] = conv.share_weights
-    layer = cls(conv.in_channels, conv.out_channels, impl=impl, **kwargs)
-    layer.load_state_dict(conv.state_dict())
-    return layer.to(next(conv.parameters()).device, next(conv.parameters()).dtype)
+    return copy_weights(conv, cls(conv.in_channels, conv.out_channels, impl=impl, **kwargs))
 
 
 def _to(layer, pyg_cls):
@@ -111,9 +109,7 @@ def _to(layer, pyg_cls):
                   bias=layer.bias is not None, residual=layer.residual)
     if pyg_cls is PyGGATv2Conv:
         kwargs["share_weights"] = layer.share_weights
-    conv = pyg_cls(layer.in_channels, layer.out_channels, **kwargs)
-    conv.load_state_dict(layer.state_dict())
-    return conv.to(next(layer.parameters()).device, next(layer.parameters()).dtype)
+    return copy_weights(layer, pyg_cls(layer.in_channels, layer.out_channels, **kwargs))
 
 
 class GATConv(PyGGATConv):

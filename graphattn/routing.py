@@ -28,7 +28,7 @@ from graphattn.ops.ragged import group_sizes, per_graph_edges
 from graphattn.patterns import is_pattern
 from graphattn.validate import message
 
-__all__ = ["needs_propagate", "use_propagate", "resolve", "attend", "project"]
+__all__ = ["needs_propagate", "use_propagate", "resolve", "attend", "project", "copy_weights"]
 
 def needs_propagate(module) -> bool:
     """True when PyG machinery must see every edge: explain mode or a registered message-passing hook.
@@ -144,3 +144,12 @@ def project(x: Tensor, *lins) -> tuple[Tensor, ...]:
     bias = None if lins[0].bias is None else torch.cat([lin.bias for lin in lins])  # (sum F_out,)
     out = F.linear(x, weight, bias)  # (n, F_in) @ (F_in, sum F_out) -> (n, sum F_out)
     return out.split([lin.weight.size(0) for lin in lins], dim=-1)  # (n, F_out) each, strided views
+
+
+def copy_weights(src: torch.nn.Module, dst: torch.nn.Module) -> torch.nn.Module:
+    """``dst`` with ``src``'s parameters (by name), dtype, device and train/eval mode."""
+    weight = next((p for p in src.parameters() if not isinstance(p, UninitializedParameter)), None)
+    if weight is not None:
+        dst = dst.to(device=weight.device, dtype=weight.dtype)
+    dst.load_state_dict(src.state_dict())
+    return dst.train(src.training)

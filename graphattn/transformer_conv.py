@@ -12,7 +12,7 @@ from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops
-from graphattn.routing import attend, project, resolve, use_propagate
+from graphattn.routing import attend, copy_weights, project, resolve, use_propagate
 from graphattn.graphs import check_edge_index
 from graphattn.validate import (check_bool, check_choice, check_features, check_fits_memory, check_int,
                                 check_not_jit, check_probability, check_tensor, message)
@@ -394,26 +394,16 @@ class TransformerConv(MessagePassing):
                     dropout=conv.dropout, edge_dim=conv.edge_dim, bias=conv.lin_key.bias is not None,
                     root_weight=conv.root_weight, impl=impl, pyg_dropout=pyg_dropout, aggr=_aggr(conv),
                     flow=conv.flow)
-        return _copy_weights(conv, layer)
+        return copy_weights(conv, layer)
 
     def to_transformer_conv(self):
         """A ``torch_geometric.nn.TransformerConv`` with exactly this layer's weights, dtype, device and mode."""
         from torch_geometric.nn import TransformerConv as PyGTransformerConv
 
-        return _copy_weights(self, PyGTransformerConv(**self._constructor_args()))
+        return copy_weights(self, PyGTransformerConv(**self._constructor_args()))
 
 
 def _aggr(conv):
     """``conv``'s aggregation as its constructor takes it: the name it was given, else the module itself."""
     named = isinstance(conv.aggr, list) or (isinstance(conv.aggr, str) and not conv.aggr.endswith(")"))
     return conv.aggr if named else conv.aggr_module
-
-
-def _copy_weights(src: torch.nn.Module, dst: torch.nn.Module) -> torch.nn.Module:
-    """``dst`` with ``src``'s parameters (by name), dtype, device and train/eval mode."""
-    weight = next((p for p in src.parameters() if not isinstance(p, torch.nn.parameter.UninitializedParameter)),
-                  None)
-    if weight is not None:
-        dst = dst.to(device=weight.device, dtype=weight.dtype)
-    dst.load_state_dict(src.state_dict())
-    return dst.train(src.training)
