@@ -184,3 +184,23 @@ def test_compiled_on_sampled_batches_of_changing_size_does_not_recompile_per_siz
         conv(torch.randn(n, 8), edge_index).sum().backward()
         sizes.append(len(compiled))
     assert sizes[-1] == sizes[1], sizes  # no new graph after the second size
+
+
+@pytest.mark.parametrize("convert", [
+    (PyGGATConv, lambda c: ga.GATConv.from_gat_conv(c), lambda layer: layer.to_gat_conv()),
+    (PyGGATv2Conv, lambda c: ga.GATv2Conv.from_gatv2_conv(c), lambda layer: layer.to_gatv2_conv()),
+], ids=["GATConv", "GATv2Conv"])
+def test_conversion_keeps_float64_weights_that_float32_cannot_hold(convert):
+    """Weights trained in float64 survive ``from_*`` and ``to_*`` bit for bit (a copy through a float32
+    layer would round them to about 1e-7)."""
+    pyg_cls, to_ga, to_pyg = convert
+    torch.manual_seed(0)
+    conv = pyg_cls(8, 4, heads=2, edge_dim=3).double()
+    with torch.no_grad():
+        for p in conv.parameters():
+            p.copy_(torch.randn_like(p))
+    layer = to_ga(conv)
+    back = to_pyg(layer)
+    for name, p in conv.state_dict().items():
+        assert torch.equal(layer.state_dict()[name], p), name
+        assert torch.equal(back.state_dict()[name], p), name
