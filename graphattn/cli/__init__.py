@@ -1,4 +1,4 @@
-"""The ``graphattn`` command: ``prune``, ``explain``, ``steps``, ``bench``.
+"""The ``graphattn`` command: ``prune``, ``explain``, ``steps``, ``bench``, ``lm``.
 
 A module per subcommand (:mod:`graphattn.cli.prune`, ...), each with
 ``add_arguments(parser)`` and ``main(args) -> int``; the work itself lives in
