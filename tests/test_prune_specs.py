@@ -19,6 +19,9 @@ from graphattn.prune.specs import check_spec, parse_spec
         ("window:8@layers=x", "layers like 3-5"),
         ("window:8@depth=2", "@layers=... or @heads="),
         ("longformer:window=16,global=nope", "roles like"),
+        ("global:first99999999999", "N <= 4096"),  # once a list of 10^11 indices (MemoryError after minutes)
+        ("global:first0", "N <= 4096"),
+        ("global:3_0", "roles like"),  # Python's int('3_0') == 30
     ],
 )
 def test_malformed_specs_are_one_line_errors(text, fragment):
