@@ -14,7 +14,8 @@ with ``att``, which needs an ``(E, H, C)`` tensor for the scores (as PyG's).
 
 PyG's own ``forward`` (``propagate``) runs where PyG machinery must see every
 message: ``impl="message_passing"``, explain mode, message-passing hooks
-(:func:`graphattn.routing.needs_propagate`), and adjacencies given as
+(:func:`graphattn.routing.needs_propagate`), an ``aggr`` other than a sum or
+``flow="target_to_source"``, and adjacencies given as
 ``SparseTensor`` or ``torch.sparse`` tensors.
 
 Dropout draws its mask on graphattn's kernel, not in PyG's order: same
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import GATConv as PyGGATConv
 from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
+from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
 from graphattn import _compat, ops
@@ -39,9 +41,14 @@ __all__ = ["GATConv", "GATv2Conv"]
 
 
 def _fast(module, edge_index) -> bool:
-    """The fused path: an edge list (plain or ``EdgeIndex``) and nothing that needs ``propagate``."""
+    """The fused path: an edge list (plain or ``EdgeIndex``) and nothing that needs ``propagate``.
+
+    The kernels sum the weighted messages into each edge's target (row 1): another ``aggr`` (``"mean"``,
+    ``"max"``, ...) or ``flow="target_to_source"`` runs PyG's own ``propagate``.
+    """
     return (module.impl == "auto" and not needs_propagate(module) and isinstance(edge_index, Tensor)
-            and edge_index.layout == torch.strided)
+            and edge_index.layout == torch.strided and isinstance(module.aggr_module, SumAggregation)
+            and module.flow == "source_to_target")
 
 
 def _keep_pygs_explain_path(module) -> None:

@@ -123,6 +123,12 @@ def _worker(rank, world, port, out_dir):
         if world == 2 and name in SECOND_ORDER:
             results[name].update(_second_order(q, k, v, local_bias, plan, grad[a:b]))
     results["conv"] = _conv_block(a, b, L=sum(sizes))
+    alone = dist.new_group([0])  # collective: every rank creates it; only rank 0 belongs to it
+    if rank != 0:
+        try:
+            gd.plan_for_group(P.window(1, 1), b - a, group=alone)
+        except ValueError as error:
+            results["not_a_member"] = str(error)
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
 
@@ -174,6 +180,7 @@ def test_distributed_equals_one_process(world, tmp_path):
         torch.testing.assert_close(sum(r["conv"][name] for r in ranks), want[name], atol=1e-10, rtol=0)
     assert int(ranks[0]["window_2_0"]["rows"][0].sum()) == 0  # rank 0 of a causal window receives nothing
     assert int(ranks[0]["block_diagonal"]["rows"].sum()) == 0
+    assert all("'group'" in r["not_a_member"] for r in ranks[1:])  # a process outside the group: a clear error
 
 
 @pytest.mark.parametrize("pattern", [P.window(3, 3), P.window(None, 2), P.window(2, 2, dilation=2), P.strided(4),
@@ -243,6 +250,8 @@ def test_bad_arguments():
         gd.build_plan(P.window(1, 1), [3, -1], rank=0)
     with pytest.raises(IndexError):
         gd.build_plan(torch.tensor([[0], [9]]), [3, 3], rank=0)
+    with pytest.raises(TypeError, match="'num_local'"):  # not silently int(5.5) == 5 rows
+        gd.plan_for_group(P.window(1, 1), 5.5)
     q = torch.randn(4, 1, 2)
     if not dist.is_initialized():
         with pytest.raises(RuntimeError, match="init_process_group"):

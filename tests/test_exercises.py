@@ -63,7 +63,8 @@ KV = dict(layers=2, query_heads=8, kv_heads=2, head_dim=4, tokens=10, bytes_per_
 CASES = {
     "check_equal_scores": (lambda: ex.check_equal_scores([1 / 3] * 3),
                            [(lambda: ex.check_equal_scores([1.0, 1.0, 1.0]), "scaled scores"),
-                            (lambda: ex.check_equal_scores([0.5, 0.5, 0.5]), "sum to 1")]),
+                            (lambda: ex.check_equal_scores([0.5, 0.5, 0.5]), "sum to 1"),
+                            (lambda: ex.check_equal_scores(1 / 3), "give all three")]),
     "check_book_softmax": (lambda: ex.check_book_softmax(torch.softmax(torch.tensor([1.05, 0.2, -0.15]), 0)),
                            [(lambda: ex.check_book_softmax([0.67, 0.21, 0.12]), "book's printed"),
                             (lambda: ex.check_book_softmax(torch.softmax(torch.tensor([2.1, 0.4, -0.3]), 0)),
@@ -75,14 +76,16 @@ CASES = {
                                                                .softmax(-1)), "0 / 0"),
                               (lambda: ex.check_masked_softmax(lambda s, k: s.masked_fill(~k, -1e9).softmax(-1)),
                                "uniform"),
-                              (lambda: ex.check_masked_softmax(lambda s, k: s.softmax(-1) * k), "renormalising")]),
+                              (lambda: ex.check_masked_softmax(lambda s, k: s.softmax(-1) * k), "renormalising"),
+                              (lambda: ex.check_masked_softmax(lambda s, k: _masked_ok(s, ~k)), "other way round")]),
     "check_bipartite_edges": (lambda: ex.check_bipartite_edges(ga.graphs.mask_to_edge_index(torch.ones(7, 3,
                                                                                                       dtype=bool))),
                               [(lambda: ex.check_bipartite_edges(ga.graphs.mask_to_edge_index(
                                   torch.ones(7, 3, dtype=bool)).flip(0)), "swapped"),
                                (lambda: ex.check_bipartite_edges(torch.tensor([[0], [0]])), "21 edges")]),
     "check_no_incoming": (lambda: ex.check_no_incoming(torch.zeros(4)),
-                          [(lambda: ex.check_no_incoming(torch.ones(4)), "no incoming edge")]),
+                          [(lambda: ex.check_no_incoming(torch.ones(4)), "no incoming edge"),
+                           (lambda: ex.check_no_incoming(torch.zeros(0)), "empty")]),  # all() of nothing is True
     "check_message_passing": (lambda: ex.check_message_passing(_mp),
                               [(lambda: ex.check_message_passing(lambda *a: _mp(*a, per_target=False)),
                                 "all edges at once"),
@@ -122,8 +125,33 @@ CASES = {
                           [(lambda: ex.check_causal_bias(torch.where(FULL5[0] < FULL5[1], float("-inf"), 0.0),
                                                          FULL5), "blocks the past"),
                            (lambda: ex.check_causal_bias(torch.where(FULL5[0] > FULL5[1], -5.0, 0.0), FULL5),
-                            "-inf")]),
+                            "-inf"),
+                           (lambda: ex.check_causal_bias(torch.where(FULL5[0] > FULL5[1], -1e9, 0.0), FULL5),
+                            "underflows")]),
 }
+
+
+def _mp_in_place(q, k, v, ei):
+    q.div_(math.sqrt(q.size(-1)))  # right, but edits the caller's tensor
+    return _mp(q, k, v, ei, scale=1.0)
+
+
+OTHER_FORMS = [  # right answers in another valid form: hand-rounded, float32, another edge order, (src, dst) pair
+    lambda: ex.check_equal_scores([0.333, 0.333, 0.333]),
+    lambda: ex.check_masked_softmax(lambda s, k: _masked_ok(s.float(), k)),
+    lambda: ex.check_message_passing(lambda q, k, v, ei: _mp(q.float(), k.float(), v.float(), ei)),
+    lambda: ex.check_message_passing(_mp_in_place),
+    lambda: ex.check_relabelled_edges(INV[EI4][:, [3, 1, 0, 2]], EI4, PERM),
+    lambda: ex.check_relabelled_edges(INV[EI4].tolist(), EI4, PERM),
+    lambda: ex.check_bipartite_edges((torch.arange(3).repeat(7), torch.arange(7).repeat_interleave(3))),
+    lambda: ex.check_sliding_window(tuple(ga.patterns.window(2, 0).edge_index(8).flip(1))),
+]
+
+
+@pytest.mark.parametrize("index", range(len(OTHER_FORMS)))
+def test_accepts_a_right_answer_in_another_form(index):
+    v = OTHER_FORMS[index]()
+    assert v.ok, v.message
 
 
 def test_every_checker_has_cases():

@@ -18,6 +18,9 @@ CONFIGS = [
     pytest.param(dict(heads=2, edge_dim=3, fill_value=0.5), id="edge_dim_fill"),
     pytest.param(dict(heads=2, edge_dim=3, fill_value="add", residual=True), id="edge_dim_residual"),
     pytest.param(dict(heads=2, bias=False), id="no_bias"),
+    pytest.param(dict(heads=2, aggr="mean"), id="aggr_mean"),  # the fused path sums: PyG's propagate runs
+    pytest.param(dict(heads=2, aggr="max"), id="aggr_max"),
+    pytest.param(dict(heads=2, flow="target_to_source"), id="target_to_source"),
 ]
 
 

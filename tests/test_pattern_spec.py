@@ -51,6 +51,9 @@ def test_from_spec_builds_the_named_pattern(text, expected):
         ("window:x", "expected 'left' of 'window' to be an int"),
         ("window:8,size=2", "takes left, right, dilation (got 'size')"),
         ("window:-1", "non-negative"),
+        ("window:3_0", "expected 'left' of 'window' to be an int"),  # Python's int() reads 30
+        ("window:\u0663", "expected 'left' of 'window' to be an int"),  # an Arabic-Indic 3, int() reads 3
+        ("global:1_0", "non-negative ints joined by '+'"),
         ("fixed:block=4", "missing parameter 'summary'"),
         ("random:4,seed=1,seed=2", "'seed' given twice"),
         ("longformer:window=5", "even"),

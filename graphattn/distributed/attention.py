@@ -10,7 +10,7 @@ from graphattn.distributed.comm import exchange
 from graphattn.distributed.plan import ExchangePlan, build_plan
 from graphattn.ops import attention as local_attention
 from graphattn.ops import check_qkv
-from graphattn.validate import message
+from graphattn.validate import check_int, message
 
 __all__ = ["attention", "plan_for_group"]
 
@@ -39,15 +39,21 @@ def plan_for_group(graph, num_local: int, group=None) -> ExchangePlan:
 
     Raises
     ------
+    TypeError, ValueError
+        ``num_local`` not a non-negative int; this process not in ``group``.
     RuntimeError
         ``torch.distributed`` not initialised.
     """
+    num_local = check_int("num_local", num_local)  # a float 5.5 must not become 5 rows silently
     _check_initialised()
     world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if rank < 0:
+        raise ValueError(message("group", "a process group this process belongs to", f"rank {rank} in it",
+                                 "call context-parallel attention only on the group's members"))
     device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"  # NCCL moves device tensors only
     sizes = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]  # P x (1,)
     # the list form: all_gather_into_tensor is deprecated in torch 2.13 and all_gather_single is new there
-    dist.all_gather(sizes, torch.tensor([int(num_local)], device=device), group=group)
+    dist.all_gather(sizes, torch.tensor([num_local], device=device), group=group)
     return build_plan(graph, [int(s) for s in sizes], rank)
 
 

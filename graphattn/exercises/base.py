@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["Verdict", "verdict", "unanswered", "as_tensor", "close"]
+__all__ = ["Verdict", "verdict", "unanswered", "as_tensor", "as_edges", "same_edges", "close"]
 
 STRICT_ENV = "GRAPHATTN_EXERCISES_STRICT"
 
@@ -49,6 +49,29 @@ def as_tensor(answer, name: str = "answer") -> Tensor:
             else answer.detach().to(torch.float64)
     except (TypeError, ValueError, RuntimeError) as err:
         raise TypeError(f"Expected '{name}' to be numbers or a tensor (got {type(answer).__name__})") from err
+
+
+def as_edges(answer, name: str = "edge_index") -> Tensor:
+    """An edge list as an int64 tensor: a ``(2, E)`` tensor, nested lists, or the pair ``(sources, targets)``."""
+    if isinstance(answer, (list, tuple)) and len(answer) == 2 and all(isinstance(t, Tensor) for t in answer):
+        answer = [t.reshape(-1) for t in answer]
+        if answer[0].numel() != answer[1].numel():
+            raise TypeError(f"Expected '{name}' to be two rows of equal length (got {answer[0].numel()} sources "
+                            f"and {answer[1].numel()} targets)")
+        return torch.stack(answer).long()
+    try:
+        return torch.as_tensor(answer).long()
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise TypeError(f"Expected '{name}' to be a (2, E) tensor of node indices (got {type(answer).__name__})") \
+            from err
+
+
+def same_edges(a: Tensor, b: Tensor) -> bool:
+    """The same multiset of columns ``(j, i)`` of two ``(2, E)`` edge lists, in any order."""
+    if a.shape != b.shape:
+        return False
+    key = max(int(a.max()), int(b.max())) + 1 if a.numel() else 1
+    return torch.equal((a[0] * key + a[1]).sort().values, (b[0] * key + b[1]).sort().values)
 
 
 def close(a: Tensor, b: Tensor, atol: float = 1e-6) -> bool:

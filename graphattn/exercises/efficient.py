@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from graphattn.exercises.base import as_tensor, close, unanswered, verdict
+from graphattn.exercises.base import as_edges, as_tensor, close, unanswered, verdict
 
 __all__ = ["check_window_edges", "check_causal_density", "check_sliding_window", "check_online_merge",
            "check_kv_cache_bytes"]
@@ -42,7 +42,7 @@ def check_sliding_window(edge_index, length: int = 8, past: int = 2):
     """Notebook 4: the ``(2, E)`` edges of causal local attention: each token reads itself and ``past`` before it."""
     if (v := unanswered(edge_index)) is not None:
         return v
-    ei = torch.as_tensor(edge_index)
+    ei = as_edges(edge_index)
     if ei.dim() != 2 or ei.size(0) != 2:
         return verdict(False, f"edge_index has shape (2, E) (got {tuple(ei.shape)}).")
     got = {tuple(e) for e in ei.T.tolist()}

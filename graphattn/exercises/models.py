@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from graphattn.exercises.base import as_tensor, close, unanswered, verdict
+from graphattn.exercises.base import as_edges, as_tensor, close, same_edges, unanswered, verdict
 
 __all__ = ["check_top_received", "check_cls_reads", "check_sentence_embedding", "check_karate_edges",
            "check_relabelled_edges", "check_gat_first_key", "check_global_edges", "check_causal_bias"]
@@ -83,10 +83,10 @@ def check_relabelled_edges(answer, edge_index: Tensor, perm: Tensor):
         return v
     inverse = torch.empty_like(perm)
     inverse[perm] = torch.arange(perm.numel())  # old node u is new node inverse[u]
-    a = torch.as_tensor(answer)
-    if a.shape == edge_index.shape and bool((a == inverse[edge_index]).all()):
+    a = as_edges(answer)
+    if same_edges(a, inverse[edge_index]):  # in any edge order: a graph's edges are a set
         return verdict(True, "old node u is new node inverse[u]: the same edges between renumbered nodes.")
-    if a.shape == edge_index.shape and bool((a == perm[edge_index]).all()):
+    if same_edges(a, perm[edge_index]):
         return verdict(False, "x[perm] puts old node perm[n] at n, so old node u moves to the inverse "
                               "permutation's position; use inverse[edge_index].")
     return verdict(False, "renumber both rows of edge_index with the inverse permutation.")
@@ -137,6 +137,9 @@ def check_causal_bias(bias, edge_index: Tensor):
         return verdict(True, "-inf on the edges j > i gives them weight exactly 0; 0 elsewhere changes nothing.")
     if bool(torch.isneginf(b[~future & (edge_index[0] != edge_index[1])]).all()):
         return verdict(False, "that blocks the past: row 0 is the source j, row 1 the target i; causal blocks j > i.")
+    if not blocked and bool((b[future] <= -1e4).all()):
+        return verdict(False, "a large finite penalty such as -1e9 gives the future edges weight 0 here only because "
+                              "exp underflows while each row keeps an allowed key; -inf is exact for any scores.")
     if not blocked:
         return verdict(False, "the future edges j > i need -inf (a finite penalty leaves them some weight).")
     return verdict(False, "the allowed edges j <= i need bias 0, or their scores change.")

@@ -11,6 +11,7 @@ the pruning experiment's (:mod:`graphattn.prune.specs`), which builds on
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -38,15 +39,22 @@ class Kind(NamedTuple):
     what: str
 
 
+def _int(text: str) -> int:
+    """ASCII decimal digits with an optional sign; Python's ``int`` would also take ``3_0`` (30) and other scripts' digits."""
+    if re.fullmatch(r"\s*[+-]?[0-9]+\s*", text) is None:
+        raise ValueError(text)
+    return int(text)
+
+
 def _indices(text: str) -> list[int]:
     """``0+5`` -> [0, 5]; negative or non-int tokens raise ValueError."""
-    out = [int(t) for t in text.split("+")]
+    out = [_int(t) for t in text.split("+")]
     if any(v < 0 for v in out):
         raise ValueError(text)
     return out
 
 
-INT = Kind(int, "an int")
+INT = Kind(_int, "an int")
 FLOAT = Kind(float, "a number")
 INDICES = Kind(_indices, "non-negative ints joined by '+', like 0 or 0+5")
 

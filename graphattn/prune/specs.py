@@ -49,6 +49,9 @@ SPEC@layers=3-5                     only in layers 3 to 5 (from 0; dense elsewhe
 SPEC@heads=0-3                      only in heads 0 to 3 (dense in the others); both: SPEC@layers=1@heads=0"""
 
 
+MAX_FIRST = 4096  # global:firstN lists N indices; more positions than any model here reads (512, 1024)
+
+
 def _roles(text: str) -> list[int]:
     """``0+5`` -> [0, 5]; ``cls`` -> [0]; ``sep``/``last`` -> [-1] (each sequence's last token);
     ``first4`` -> [0, 1, 2, 3]; anything else raises ValueError.
@@ -59,16 +62,19 @@ def _roles(text: str) -> list[int]:
             out.append(0)
         elif token in ("sep", "last"):
             out.append(-1)
-        elif token.startswith("first") and token[5:].isdigit() and int(token[5:]) > 0:
-            out.extend(range(int(token[5:])))
-        elif int(token) < 0:  # ValueError for anything else
+        elif token.startswith("first"):  # first0, first-1, first99999999 (a list that size) refused
+            count = spec_text.INT.convert(token[5:])
+            if not 0 < count <= MAX_FIRST:
+                raise ValueError(token)
+            out.extend(range(count))
+        elif spec_text.INT.convert(token) < 0:  # ValueError for anything else
             raise ValueError(token)
         else:
             out.append(int(token))
     return out
 
 
-ROLES = spec_text.Kind(_roles, "indices or roles like 0, 0+5, cls, sep, cls+sep, first4")
+ROLES = spec_text.Kind(_roles, f"indices or roles like 0, 0+5, cls, sep, cls+sep, first4 (firstN: N <= {MAX_FIRST})")
 def _per(text: str) -> str:
     if text.lower() not in ("model", "head"):
         raise ValueError(text)
