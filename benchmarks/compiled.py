@@ -80,15 +80,26 @@ def contenders(case: str, D: int) -> dict:
 
     W = HEADS * D
     if case in ("sparse", "denser"):
-        return {"TransformerConv": {"ga.TransformerConv": lambda: ga.TransformerConv(W, D, heads=HEADS),
-                                    "TransformerConv": lambda: TransformerConv(W, D, heads=HEADS)},
-                "GATConv": {"ga.GATConv": lambda: ga.GATConv(W, D, heads=HEADS),
-                            "GATConv": lambda: GATConv(W, D, heads=HEADS)},
-                "GATv2Conv": {"ga.GATv2Conv": lambda: ga.GATv2Conv(W, D, heads=HEADS),
-                              "GATv2Conv": lambda: GATv2Conv(W, D, heads=HEADS)}}
-    return {"attention": {"ga.AttentionConv": lambda: ga.AttentionConv(W, W, heads=HEADS),
-                          "TransformerConv(root_weight=False)":
-                              lambda: TransformerConv(W, D, heads=HEADS, root_weight=False)}}
+        return {
+            "TransformerConv": {
+                "ga.TransformerConv": lambda: ga.TransformerConv(W, D, heads=HEADS),
+                "TransformerConv": lambda: TransformerConv(W, D, heads=HEADS),
+            },
+            "GATConv": {
+                "ga.GATConv": lambda: ga.GATConv(W, D, heads=HEADS),
+                "GATConv": lambda: GATConv(W, D, heads=HEADS),
+            },
+            "GATv2Conv": {
+                "ga.GATv2Conv": lambda: ga.GATv2Conv(W, D, heads=HEADS),
+                "GATv2Conv": lambda: GATv2Conv(W, D, heads=HEADS),
+            },
+        }
+    return {
+        "attention": {
+            "ga.AttentionConv": lambda: ga.AttentionConv(W, W, heads=HEADS),
+            "TransformerConv(root_weight=False)": lambda: TransformerConv(W, D, heads=HEADS, root_weight=False),
+        }
+    }
 
 
 def _step(model, x, edge_index):
@@ -126,9 +137,20 @@ def run_case(case: str, D: int, repeats: int, pairs: list[str]) -> list[dict]:
     rows = []
     for (pair, name, mode), run in runs.items():
         cpu = sorted(run["cpu"])
-        rows.append(dict(case=case, N=N, E=edge_index.size(1), D=D, pair=pair, layer=name, mode=mode,
-                         cpu_s=cpu[len(cpu) // 2], first_s=run["first_s"],
-                         peak_bytes=_peak(run["target"], x, edge_index)))
+        rows.append(
+            dict(
+                case=case,
+                N=N,
+                E=edge_index.size(1),
+                D=D,
+                pair=pair,
+                layer=name,
+                mode=mode,
+                cpu_s=cpu[len(cpu) // 2],
+                first_s=run["first_s"],
+                peak_bytes=_peak(run["target"], x, edge_index),
+            )
+        )
     return rows
 
 
@@ -153,19 +175,23 @@ def ratios(rows: list[dict]) -> list[str]:
         theirs = next(name for name, _ in group if not name.startswith("ga."))
         ge, gc = group[(ours, "eager")], group[(ours, "compiled")]
         pe, pc = group[(theirs, "eager")], group[(theirs, "compiled")]
-        lines.append(f"| {case} | {pair} | {D} | {ge['E']} | {ge['cpu_s'] * 1e3:.1f} / {ge['peak_bytes'] / 2 ** 20:.0f} "
-                     f"| {gc['cpu_s'] * 1e3:.1f} / {gc['peak_bytes'] / 2 ** 20:.0f} "
-                     f"| {pe['cpu_s'] * 1e3:.1f} / {pe['peak_bytes'] / 2 ** 20:.0f} "
-                     f"| {pc['cpu_s'] * 1e3:.1f} / {pc['peak_bytes'] / 2 ** 20:.0f} "
-                     f"| {gc['cpu_s'] / ge['cpu_s']:.2f}x / {gc['peak_bytes'] / max(ge['peak_bytes'], 1):.2f}x "
-                     f"| {pc['cpu_s'] / gc['cpu_s']:.2f}x / {pc['peak_bytes'] / max(gc['peak_bytes'], 1):.2f}x "
-                     f"| {pe['cpu_s'] / ge['cpu_s']:.2f}x |")
+        lines.append(
+            f"| {case} | {pair} | {D} | {ge['E']} | {ge['cpu_s'] * 1e3:.1f} / {ge['peak_bytes'] / 2**20:.0f} "
+            f"| {gc['cpu_s'] * 1e3:.1f} / {gc['peak_bytes'] / 2**20:.0f} "
+            f"| {pe['cpu_s'] * 1e3:.1f} / {pe['peak_bytes'] / 2**20:.0f} "
+            f"| {pc['cpu_s'] * 1e3:.1f} / {pc['peak_bytes'] / 2**20:.0f} "
+            f"| {gc['cpu_s'] / ge['cpu_s']:.2f}x / {gc['peak_bytes'] / max(ge['peak_bytes'], 1):.2f}x "
+            f"| {pc['cpu_s'] / gc['cpu_s']:.2f}x / {pc['peak_bytes'] / max(gc['peak_bytes'], 1):.2f}x "
+            f"| {pe['cpu_s'] / ge['cpu_s']:.2f}x |"
+        )
     return lines
 
 
-HEADER = ("| case | layers | D | E | graphattn eager ms / MiB | graphattn compiled | PyG eager | PyG compiled "
-          "| compiled / eager graphattn (time / memory) | PyG compiled / graphattn compiled | PyG eager / graphattn eager |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| case | layers | D | E | graphattn eager ms / MiB | graphattn compiled | PyG eager | PyG compiled "
+    "| compiled / eager graphattn (time / memory) | PyG compiled / graphattn compiled | PyG eager / graphattn eager |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def main(argv=None) -> int:
@@ -188,12 +214,21 @@ def main(argv=None) -> int:
             torch._dynamo.reset()
             for r in run_case(case, D, args.repeats, [p for p in args.pairs.split(",") if p]):
                 rows.append(r)
-                print(f"  {r['layer']:36s} {r['mode']:8s} {r['cpu_s'] * 1e3:9.1f} ms cpu  "
-                      f"{r['peak_bytes'] / 2 ** 20:7.1f} MiB  (first call {r['first_s']:.1f} s)", flush=True)
+                print(
+                    f"  {r['layer']:36s} {r['mode']:8s} {r['cpu_s'] * 1e3:9.1f} ms cpu  "
+                    f"{r['peak_bytes'] / 2**20:7.1f} MiB  (first call {r['first_s']:.1f} s)",
+                    flush=True,
+                )
     table = "\n".join([HEADER, *ratios(rows)])
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    meta = dict(date=time.strftime("%Y-%m-%d %H:%M"), load_before=load_before, load_after=os.getloadavg(),
-                torch=torch.__version__, threads=1, repeats=args.repeats)
+    meta = dict(
+        date=time.strftime("%Y-%m-%d %H:%M"),
+        load_before=load_before,
+        load_after=os.getloadavg(),
+        torch=torch.__version__,
+        threads=1,
+        repeats=args.repeats,
+    )
     print(f"\n{table}\n\n{meta}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"compiled-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))

@@ -41,10 +41,10 @@ import torch.multiprocessing as mp
 from graphattn import distributed as gd
 from graphattn import patterns as P
 
-LENGTHS = [2 ** 14, 2 ** 16, 2 ** 18, 2 ** 20]
+LENGTHS = [2**14, 2**16, 2**18, 2**20]
 PROCS = [2, 4, 8, 16, 32, 64]
 ROW_BYTES = 16 * (64 + 64) * 2  # H = 16 heads, D = D_v = 64, bfloat16: one key row and one value row
-MiB = 2 ** 20
+MiB = 2**20
 
 
 def planned_patterns():
@@ -71,15 +71,26 @@ def planned(lengths, procs) -> list:
                 sizes = equal_blocks(L, p)
                 recv = gd.pattern_rows(pattern, sizes).sum(1).double()  # (P,) rows each process receives
                 ring = gd.ring_rows(sizes).double()  # (P,)
-                table.append({"pattern": name, "L": L, "P": p, "rows_max": int(recv.max()),
-                              "rows_mean": round(float(recv.mean()), 1), "ring_rows": int(ring.max()),
-                              "MiB_max": round(float(recv.max()) * ROW_BYTES / MiB, 2),
-                              "ring_MiB": round(float(ring.max()) * ROW_BYTES / MiB, 2),
-                              "max_over_ring": round(float(recv.max() / ring.max()), 6),
-                              "mean_over_ring": round(float(recv.mean() / ring.mean()), 6)})
-                print("{pattern:>13} L={L:>8} P={P:>3}  max {rows_max:>8} rows ({MiB_max:>8.2f} MiB)  "
-                      "ring {ring_rows:>8} rows ({ring_MiB:>8.2f} MiB)  max/ring {max_over_ring:.4f}  "
-                      "mean/ring {mean_over_ring:.4f}".format(**table[-1]), flush=True)
+                table.append(
+                    {
+                        "pattern": name,
+                        "L": L,
+                        "P": p,
+                        "rows_max": int(recv.max()),
+                        "rows_mean": round(float(recv.mean()), 1),
+                        "ring_rows": int(ring.max()),
+                        "MiB_max": round(float(recv.max()) * ROW_BYTES / MiB, 2),
+                        "ring_MiB": round(float(ring.max()) * ROW_BYTES / MiB, 2),
+                        "max_over_ring": round(float(recv.max() / ring.max()), 6),
+                        "mean_over_ring": round(float(recv.mean() / ring.mean()), 6),
+                    }
+                )
+                print(
+                    "{pattern:>13} L={L:>8} P={P:>3}  max {rows_max:>8} rows ({MiB_max:>8.2f} MiB)  "
+                    "ring {ring_rows:>8} rows ({ring_MiB:>8.2f} MiB)  max/ring {max_over_ring:.4f}  "
+                    "mean/ring {mean_over_ring:.4f}".format(**table[-1]),
+                    flush=True,
+                )
     return table
 
 
@@ -100,8 +111,7 @@ def pivot(rows: list) -> str:
     cell = {(r["pattern"], r["L"], r["P"]): r for r in rows}
     text = "| pattern | L | " + " | ".join(f"P = {p}" for p in procs) + " |\n|---|---|" + "---|" * len(procs) + "\n"
     for name, L in dict.fromkeys((r["pattern"], r["L"]) for r in rows):
-        text += f"| {name} | {L} | " + " | ".join(
-            _percent(cell[name, L, p]) for p in procs) + " |\n"
+        text += f"| {name} | {L} | " + " | ".join(_percent(cell[name, L, p]) for p in procs) + " |\n"
     big = max(r["L"] for r in rows)
     text += f"\nMiB received by the worst process at L = {big} (ring attention: every other block)\n\n"
     text += "| pattern | " + " | ".join(f"P = {p}" for p in procs) + " |\n|---|" + "---|" * len(procs) + "\n"
@@ -137,15 +147,32 @@ def _time_worker(rank: int, world: int, port: int, L: int, repeats: int, queue) 
         if plan is None:  # the complete graph's plan is every row: its L^2 edges are not built, only its rows
             a, none = sum(sizes[:rank]), torch.empty(2, 0, dtype=torch.long)
             recv = torch.cat([torch.arange(0, a), torch.arange(a + sizes[rank], L)])  # (L - n,)
-            plan = gd.ExchangePlan(sizes=tuple(sizes), rank=rank, rows=gd.pattern_rows(pattern, sizes),
-                                   send_index=torch.arange(sizes[rank]).repeat(world - 1), recv_source=recv,
-                                   edge_index=none, edge_ids=none[0], global_edge_index=none, num_edges=0)
+            plan = gd.ExchangePlan(
+                sizes=tuple(sizes),
+                rank=rank,
+                rows=gd.pattern_rows(pattern, sizes),
+                send_index=torch.arange(sizes[rank]).repeat(world - 1),
+                recv_source=recv,
+                edge_index=none,
+                edge_ids=none[0],
+                global_edge_index=none,
+                num_edges=0,
+            )
         graph_s = _median_seconds(lambda plan=plan: gd.exchange(rows, plan), repeats)
         ring_s = _median_seconds(lambda: dist.all_gather(everything, rows), repeats)
         if rank == 0:
-            queue.put({"pattern": name, "procs": world, "L": L, "rows_received_max": int(plan.rows.sum(1).max()),
-                       "exchange_ms": round(graph_s * 1e3, 3), "all_gather_ms": round(ring_s * 1e3, 3),
-                       "ratio": round(graph_s / ring_s, 3), "plan_s": round(plan_s, 3)})
+            queue.put(
+                {
+                    "pattern": name,
+                    "procs": world,
+                    "L": L,
+                    "rows_received_max": int(plan.rows.sum(1).max()),
+                    "exchange_ms": round(graph_s * 1e3, 3),
+                    "all_gather_ms": round(ring_s * 1e3, 3),
+                    "ratio": round(graph_s / ring_s, 3),
+                    "plan_s": round(plan_s, 3),
+                }
+            )
     dist.destroy_process_group()
 
 
@@ -159,8 +186,11 @@ def measured(L: int, repeats: int, procs=(2, 4)) -> list:
         mp.start_processes(_time_worker, args=(world, port, L, repeats, queue), nprocs=world, start_method="fork")
         while not queue.empty():
             results.append(queue.get())
-            print("{procs} processes {pattern:>13} L={L}: exchange {exchange_ms} ms (at most {rows_received_max} rows), "
-                  "all-gather {all_gather_ms} ms, ratio {ratio}, plan {plan_s} s".format(**results[-1]), flush=True)
+            print(
+                "{procs} processes {pattern:>13} L={L}: exchange {exchange_ms} ms (at most {rows_received_max} rows), "
+                "all-gather {all_gather_ms} ms, ratio {ratio}, plan {plan_s} s".format(**results[-1]),
+                flush=True,
+            )
     return results
 
 
@@ -169,7 +199,7 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=LENGTHS)
     parser.add_argument("--procs", type=lambda s: [int(x) for x in s.split(",")], default=PROCS)
     parser.add_argument("--no-time", action="store_true", help="the planned table only")
-    parser.add_argument("--time-length", type=int, default=2 ** 14)
+    parser.add_argument("--time-length", type=int, default=2**14)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
@@ -188,8 +218,10 @@ def main(argv=None) -> int:
     text += pivot(plan_rows) + "\nEvery row:\n\n" + markdown(plan_rows, list(plan_rows[0]))
     if not args.no_time:
         timed = measured(args.time_length, args.repeats)
-        text += (f"\n## Measured exchange, gloo on one machine, L = {args.time_length}, H = 8, D = 32, float32\n\n"
-                 f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n\n")
+        text += (
+            f"\n## Measured exchange, gloo on one machine, L = {args.time_length}, H = 8, D = 32, float32\n\n"
+            f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n\n"
+        )
         text += markdown(timed, list(timed[0]))
     Path(f"{base}.md").write_text(text)
     print(f"wrote {base}.csv and {base}.md")

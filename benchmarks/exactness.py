@@ -44,10 +44,15 @@ def complete_vs_mha(L, embed, heads, dtype, impl):
     return {
         "output": _max_err([(out, ref[0])]),
         "weights": _max_err([(weights, ref_w[0])]),
-        "grad": _max_err([(x2.grad, x1.grad), (conv.lin_out.weight.grad, mha.out_proj.weight.grad),
-                          (conv.lin_out.bias.grad, mha.out_proj.bias.grad)]
-                         + [(lin.weight.grad, g) for lin, g in zip(lins, w)]
-                         + [(lin.bias.grad, g) for lin, g in zip(lins, b)]),
+        "grad": _max_err(
+            [
+                (x2.grad, x1.grad),
+                (conv.lin_out.weight.grad, mha.out_proj.weight.grad),
+                (conv.lin_out.bias.grad, mha.out_proj.bias.grad),
+            ]
+            + [(lin.weight.grad, g) for lin, g in zip(lins, w)]
+            + [(lin.bias.grad, g) for lin, g in zip(lins, b)]
+        ),
     }
 
 

@@ -59,11 +59,13 @@ def main(argv=None):
     torch.manual_seed(0)
     N, K, H = args.nodes, args.degree, args.heads
     edge_index = torch.stack([torch.randint(0, N, (N * K,)), torch.arange(N).repeat_interleave(K)])  # (2, E)
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()}, "
-          f"N = {N}, {K} in-edges, H = {H}, torch {torch.__version__}, 1 thread, fwd+bwd, CPU ms (median)")
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()}, "
+        f"N = {N}, {K} in-edges, H = {H}, torch {torch.__version__}, 1 thread, fwd+bwd, CPU ms (median)"
+    )
     compiled = torch.compile(per_edge)
     for D in args.dims:
-        scale = D ** -0.5
+        scale = D**-0.5
         q, k, v = (torch.randn(N, H, D, requires_grad=True) for _ in range(3))
 
         def ours(q, k, v, scale=scale):
@@ -76,8 +78,11 @@ def main(argv=None):
             finally:
                 fused.ENABLED = True
 
-        contenders = {"fused": ours, "library": library,
-                      "per-edge compiled": lambda q, k, v, scale=scale: compiled(q, k, v, edge_index, scale)}
+        contenders = {
+            "fused": ours,
+            "library": library,
+            "per-edge compiled": lambda q, k, v, scale=scale: compiled(q, k, v, edge_index, scale),
+        }
         times = {name: [] for name in contenders}
         for fn in contenders.values():  # warm-up (compilation)
             step(fn, q, k, v)
@@ -85,8 +90,10 @@ def main(argv=None):
             for name, fn in contenders.items():
                 times[name].append(step(fn, q, k, v))
         base = statistics.median(times["fused"])
-        cells = ", ".join(f"{name} {1e3 * statistics.median(t):.1f} ms ({statistics.median(t) / base:.2f}x)"
-                          for name, t in times.items())
+        cells = ", ".join(
+            f"{name} {1e3 * statistics.median(t):.1f} ms ({statistics.median(t) / base:.2f}x)"
+            for name, t in times.items()
+        )
         print(f"D = {D}: {cells}")
     print(f"# load after {os.getloadavg()}")
 

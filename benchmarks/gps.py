@@ -104,8 +104,10 @@ def main(argv=None) -> int:
     load = os.getloadavg()
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}, torch {torch.__version__}, 1 thread, load average {load}")
     x, edge_index, batch = make_batch(args.graphs, args.channels)
-    print(f"{args.graphs} graphs, N = {x.size(0)} nodes, E = {edge_index.size(1)}, channels {args.channels}, "
-          f"heads {args.heads}, {'compiled' if args.compile else 'eager'}, forward + backward")
+    print(
+        f"{args.graphs} graphs, N = {x.size(0)} nodes, E = {edge_index.size(1)}, channels {args.channels}, "
+        f"heads {args.heads}, {'compiled' if args.compile else 'eager'}, forward + backward"
+    )
     models = variants(args.channels, args.heads, args.compile)
     for model in models.values():
         step(model, x, edge_index, batch)  # warm-up (compilation)
@@ -128,9 +130,11 @@ def main(argv=None) -> int:
     med_wall = {k: sorted(v)[len(v) // 2] for k, v in wall.items()}
     print(f"{'variant':14s} {'cpu ms':>9s} {'wall ms':>9s} {'peak MiB':>9s}  stock/variant: cpu  wall  memory")
     for name in models:
-        print(f"{name:14s} {med[name] * 1e3:9.1f} {med_wall[name] * 1e3:9.1f} {peak[name] / 2 ** 20:9.1f}"
-              f"  {med['stock'] / med[name]:19.2f} {med_wall['stock'] / med_wall[name]:5.2f}"
-              f" {peak['stock'] / max(peak[name], 1):7.2f}")
+        print(
+            f"{name:14s} {med[name] * 1e3:9.1f} {med_wall[name] * 1e3:9.1f} {peak[name] / 2**20:9.1f}"
+            f"  {med['stock'] / med[name]:19.2f} {med_wall['stock'] / med_wall[name]:5.2f}"
+            f" {peak['stock'] / max(peak[name], 1):7.2f}"
+        )
     print(f"load average at end {os.getloadavg()}")
     return 0
 

@@ -55,8 +55,20 @@ def main(argv=None) -> int:
     if code != 0:
         return 1
     if not args.no_bench:
-        bench = [sys.executable, "benchmarks/train.py", "--device", "cuda", "--cases", args.cases,
-                 "--dims", "8,64", "--repeats", "5", "--modes", "eager"]
+        bench = [
+            sys.executable,
+            "benchmarks/train.py",
+            "--device",
+            "cuda",
+            "--cases",
+            args.cases,
+            "--dims",
+            "8,64",
+            "--repeats",
+            "5",
+            "--modes",
+            "eager",
+        ]
         if _run("training benchmark on CUDA", bench, args.timeout) != 0:
             return 2
     return 0

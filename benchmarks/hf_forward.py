@@ -64,12 +64,16 @@ def main(argv=None) -> int:
     tokenizer = models["eager"][1]
     batch = tokenizer(texts, padding=True, truncation=True, max_length=args.max_length, return_tensors="pt")
     lengths = batch["attention_mask"].sum(1)
-    print(f"{len(texts)} sentences, tokens per sentence: min {int(lengths.min())}, mean {float(lengths.float().mean()):.1f}, "
-          f"max {int(lengths.max())}; padded to {batch['input_ids'].shape[1]}; torch threads {torch.get_num_threads()}")
+    print(
+        f"{len(texts)} sentences, tokens per sentence: min {int(lengths.min())}, mean {float(lengths.float().mean()):.1f}, "
+        f"max {int(lengths.max())}; padded to {batch['input_ids'].shape[1]}; torch threads {torch.get_num_threads()}"
+    )
+
     def forward(model):
         def run():
             with torch.no_grad():  # a fresh mask every call: the graph is rebuilt once per forward
                 model(**batch)
+
         return run
 
     times = interleaved_times({impl: forward(model) for impl, (model, _) in models.items()}, args.repeats)
@@ -77,8 +81,10 @@ def main(argv=None) -> int:
         print(f"{impl:>10}: median {statistics.median(ts) * 1e3:8.1f} ms  (min {min(ts) * 1e3:.1f})")
     for ref in ("eager", "sdpa"):
         ratios = [g / r for g, r in zip(times["graphattn"], times[ref])]
-        print(f"ratio graphattn / {ref}: median {statistics.median(ratios):.2f} over {len(ratios)} rounds "
-              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+        print(
+            f"ratio graphattn / {ref}: median {statistics.median(ratios):.2f} over {len(ratios)} rounds "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+        )
     with torch.no_grad():  # exactness on the same batch, real tokens only
         hidden = {impl: model(**batch).last_hidden_state for impl, (model, _) in models.items()}
     valid = batch["attention_mask"].bool()

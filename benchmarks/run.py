@@ -22,20 +22,29 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def target_cases(args) -> list[dict]:
     """The cases named by the issue's targets, nothing else."""
-    base = dict(heads=args.heads, dim=args.dim, dtype=args.dtype, device=args.device, repeats=args.repeats,
-                threads=args.threads)
+    base = dict(
+        heads=args.heads, dim=args.dim, dtype=args.dtype, device=args.device, repeats=args.repeats, threads=args.threads
+    )
     cases = []
 
     def add(patterns, sizes, methods):
-        cases.extend(dict(base, pattern=p, L=L, method=m, mode=mode)
-                     for p in patterns for L in sizes for mode in bench.MODES for m in methods)
+        cases.extend(
+            dict(base, pattern=p, L=L, method=m, mode=mode)
+            for p in patterns
+            for L in sizes
+            for mode in bench.MODES
+            for m in methods
+        )
 
     add(["complete"], [1024, 4096], ["graphattn", "sdpa", "sdpa_mask", "flex"])
     add(["window", "random", "topk"], [4096, 16384], ["graphattn", "sdpa_mask", "flex"])
     add(["window", "random", "topk"], [1024], ["graphattn"])
     add(["window", "random", "topk"], [1024, 4096], ["pyg"])
-    cases += [dict(base, pattern=p, L=L, method="graphattn", mode="fwd", sweep="scaling")
-              for p, sizes in bench.SCALING.items() for L in sizes]
+    cases += [
+        dict(base, pattern=p, L=L, method="graphattn", mode="fwd", sweep="scaling")
+        for p, sizes in bench.SCALING.items()
+        for L in sizes
+    ]
     return cases
 
 

@@ -78,7 +78,7 @@ def graphs(case: str, quick: bool, steps: int):
     dummy = torch.zeros(N, 1)
     out = []
     for _ in range(steps):
-        seeds = torch.randperm(N, generator=g)[:1024 // scale]
+        seeds = torch.randperm(N, generator=g)[: 1024 // scale]
         batch = example.sample(seeds, ptr, edge_index[0], [10, 5], dummy, dummy[:, 0], generator=g)
         out.append((batch.num_nodes, batch.edge_index))
     return out
@@ -91,8 +91,11 @@ def pair(name: str, D: int):
     W = HEADS * D
     torch.manual_seed(0)
     ref = getattr(pyg, name)(W, D, heads=HEADS)
-    ours = {"GATConv": lambda: ga.GATConv.from_gat_conv(ref), "GATv2Conv": lambda: ga.GATv2Conv.from_gatv2_conv(ref),
-            "TransformerConv": lambda: ga.TransformerConv.from_transformer_conv(ref)}[name]()
+    ours = {
+        "GATConv": lambda: ga.GATConv.from_gat_conv(ref),
+        "GATv2Conv": lambda: ga.GATv2Conv.from_gatv2_conv(ref),
+        "TransformerConv": lambda: ga.TransformerConv.from_transformer_conv(ref),
+    }[name]()
     return ref, ours
 
 
@@ -109,6 +112,7 @@ def make_step(module, device):
         out.backward(torch.ones_like(out))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+
     return step
 
 
@@ -145,8 +149,8 @@ def run(case: str, D: int, name: str, mode: str, args, device) -> dict:
     N, E = batches[0][0], batches[0][1].size(1)
     row = dict(case=case, D=D, H=HEADS, layer=name, mode=mode, N=N, E=E)
     need = estimate_bytes(name, max(b[1].size(1) for b in batches), N, D)
-    if need > args.memory_budget * 2 ** 30:
-        return dict(row, status=f"skipped: PyG needs ~{need / 2 ** 30:.1f} GiB > --memory-budget")
+    if need > args.memory_budget * 2**30:
+        return dict(row, status=f"skipped: PyG needs ~{need / 2**30:.1f} GiB > --memory-budget")
     g = torch.Generator().manual_seed(2)
     inputs = [(torch.randn(n, HEADS * D, generator=g).to(device), e.to(device)) for n, e in batches]
     ref, ours = (m.to(device) for m in pair(name, D))
@@ -154,8 +158,11 @@ def run(case: str, D: int, name: str, mode: str, args, device) -> dict:
     if mode == "compiled":
         modules = {k: torch.compile(m) for k, m in modules.items()}
     try:
-        return dict(row, status="ok", **measure_pair({k: make_step(m, device) for k, m in modules.items()},
-                                                     inputs, args.repeats, device))
+        return dict(
+            row,
+            status="ok",
+            **measure_pair({k: make_step(m, device) for k, m in modules.items()}, inputs, args.repeats, device),
+        )
     except (RuntimeError, NotImplementedError) as error:  # e.g. out of memory: report it, go on
         return dict(row, status=f"failed: {str(error).splitlines()[0][:80]}")
 
@@ -164,9 +171,11 @@ def line(r: dict) -> str:
     head = f"{r['case']:8s} D={r['D']:<3d} {r['layer']:16s} {r['mode']:8s} E={r['E']:<7d}"
     if r["status"] != "ok":
         return f"{head} {r['status']}"
-    return (f"{head} PyG {r['pyg_cpu_s'] * 1e3:8.1f} ms {r['pyg_peak_bytes'] / 2 ** 20:7.1f} MiB | "
-            f"ga {r['ga_cpu_s'] * 1e3:8.1f} ms {r['ga_peak_bytes'] / 2 ** 20:7.1f} MiB | PyG/ga: "
-            f"cpu x{r['ratio_cpu_s']:.2f} wall x{r['ratio_time_s']:.2f} memory x{r['ratio_peak_bytes']:.2f}")
+    return (
+        f"{head} PyG {r['pyg_cpu_s'] * 1e3:8.1f} ms {r['pyg_peak_bytes'] / 2**20:7.1f} MiB | "
+        f"ga {r['ga_cpu_s'] * 1e3:8.1f} ms {r['ga_peak_bytes'] / 2**20:7.1f} MiB | PyG/ga: "
+        f"cpu x{r['ratio_cpu_s']:.2f} wall x{r['ratio_time_s']:.2f} memory x{r['ratio_peak_bytes']:.2f}"
+    )
 
 
 def main(argv=None) -> int:
@@ -177,8 +186,9 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", help="eager, compiled or both (default both)")
     parser.add_argument("--repeats", type=int, help="timed rounds (default 5)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--quick", action="store_true",
-                        help="graphs 10x smaller; unless given, D = 8, eager, 2 repeats")
+    parser.add_argument(
+        "--quick", action="store_true", help="graphs 10x smaller; unless given, D = 8, eager, 2 repeats"
+    )
     parser.add_argument("--memory-budget", type=float, default=6.0, metavar="GIB")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -189,14 +199,18 @@ def main(argv=None) -> int:
     cases, pairs = [c for c in args.cases.split(",") if c], [p for p in args.pairs.split(",") if p]
     modes = [m for m in args.modes.split(",") if m]
     if set(cases) - set(CASES) or set(pairs) - set(PAIRS) or set(modes) - {"eager", "compiled"} or args.repeats < 1:
-        parser.error(f"Expected '--cases' from {CASES}, '--pairs' from {PAIRS}, '--modes' from eager, compiled "
-                     f"and '--repeats' >= 1 (got {args.cases!r}, {args.pairs!r}, {args.modes!r}, {args.repeats})")
+        parser.error(
+            f"Expected '--cases' from {CASES}, '--pairs' from {PAIRS}, '--modes' from eager, compiled "
+            f"and '--repeats' >= 1 (got {args.cases!r}, {args.pairs!r}, {args.modes!r}, {args.repeats})"
+        )
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     load = os.getloadavg()
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}, torch {torch.__version__}, {args.threads} thread(s), "
-          f"load average {load}; ratios PyG / graphattn (> 1: graphattn faster or smaller)")
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')}, torch {torch.__version__}, {args.threads} thread(s), "
+        f"load average {load}; ratios PyG / graphattn (> 1: graphattn faster or smaller)"
+    )
     rows = []
     for case in cases:
         for D in (int(d) for d in args.dims.split(",")):
@@ -207,11 +221,19 @@ def main(argv=None) -> int:
     end = os.getloadavg()
     print(f"load average at end {end}")
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = dict(date=stamp, torch=torch.__version__, threads=args.threads, device=str(device), load_average=load,
-                load_average_end=end, quick=args.quick)
+    meta = dict(
+        date=stamp,
+        torch=torch.__version__,
+        threads=args.threads,
+        device=str(device),
+        load_average=load,
+        load_average_end=end,
+        quick=args.quick,
+    )
     (args.out / f"train-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     (args.out / f"train-{stamp}.md").write_text(
-        f"# benchmarks/train.py {stamp}\n\n{meta}\n\n```\n" + "\n".join(line(r) for r in rows) + "\n```\n")
+        f"# benchmarks/train.py {stamp}\n\n{meta}\n\n```\n" + "\n".join(line(r) for r in rows) + "\n```\n"
+    )
     print(f"wrote {args.out / f'train-{stamp}.json'}")
     return 0
 

@@ -39,7 +39,11 @@ for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
 nb_execution_mode = "off"
 nb_output_stderr = "remove"
 
-source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}  # .rst first: autosummary writes .rst
+source_suffix = {
+    ".rst": "restructuredtext",
+    ".md": "myst-nb",
+    ".ipynb": "myst-nb",
+}  # .rst first: autosummary writes .rst
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "notebooks/*.py"]
 templates_path = ["_templates"]
 

@@ -47,7 +47,7 @@ class ByteLM(nn.Module):
 def text_bytes(length: int) -> torch.Tensor:
     from pydoc_data.topics import topics
 
-    data = "\n".join(topics[k] for k in sorted(topics)).encode("utf-8")[:length + 1]
+    data = "\n".join(topics[k] for k in sorted(topics)).encode("utf-8")[: length + 1]
     return torch.tensor(list(data), dtype=torch.long)  # (length + 1,)
 
 
@@ -73,8 +73,8 @@ def main(argv=None) -> int:
     data = text_bytes(args.length)  # (L + 1,) every process reads the same text, keeps its block
     L = data.numel() - 1
     sizes = [L // world + (r < L % world) for r in range(world)]  # uneven when world does not divide L
-    a, b = sum(sizes[:rank]), sum(sizes[:rank + 1])
-    tokens, targets = data[a:b].to(device), data[a + 1:b + 1].to(device)  # (n,), (n,)
+    a, b = sum(sizes[:rank]), sum(sizes[: rank + 1])
+    tokens, targets = data[a:b].to(device), data[a + 1 : b + 1].to(device)  # (n,), (n,)
     pattern = ga.patterns.window(args.window, 0)  # causal window: query i reads i - w .. i
     plan = gd.plan_for_group(pattern, b - a, group)  # once; reused by every step
     if rank == 0:
@@ -97,8 +97,10 @@ def main(argv=None) -> int:
         loss = F.cross_entropy(ref(data[:-1].to(device), pattern), data[1:].to(device))
         loss.backward()
         grad_diff = max(float((p.grad - q.grad).abs().max()) for p, q in zip(model.parameters(), ref.parameters()))
-        print(f"context-parallel vs one process: loss difference {abs(float(total - loss.detach())):.2e}, "
-              f"largest gradient difference {grad_diff:.2e}")
+        print(
+            f"context-parallel vs one process: loss difference {abs(float(total - loss.detach())):.2e}, "
+            f"largest gradient difference {grad_diff:.2e}"
+        )
     model.zero_grad()
 
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)

@@ -54,8 +54,10 @@ def main(argv=None) -> int:
             if head is None:
                 ranks = analysis.attention_pagerank(graph)
                 top = sorted(ranks, key=ranks.get, reverse=True)[:3]
-                print(f"layer {layer}: {graph.number_of_edges()} edges; PageRank hubs "
-                      + ", ".join(f"{record.tokens[k]} {ranks[k]:.3f}" for k in top))
+                print(
+                    f"layer {layer}: {graph.number_of_edges()} edges; PageRank hubs "
+                    + ", ".join(f"{record.tokens[k]} {ranks[k]:.3f}" for k in top)
+                )
     print(f"wrote {written} GraphML files to {out}/")
     return 0
 

@@ -38,9 +38,14 @@ class GPS(nn.Module):
         super().__init__()
         self.embed = nn.Linear(in_channels, channels)
         self.blocks = nn.ModuleList(
-            GPSConv(channels, GINConv(nn.Sequential(nn.Linear(channels, channels), nn.ReLU(),
-                                                    nn.Linear(channels, channels))), heads=heads, dropout=0.1)
-            for _ in range(layers))
+            GPSConv(
+                channels,
+                GINConv(nn.Sequential(nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, channels))),
+                heads=heads,
+                dropout=0.1,
+            )
+            for _ in range(layers)
+        )
         self.head = nn.Linear(channels, classes)
 
     def forward(self, x, edge_index, batch):
@@ -52,8 +57,7 @@ class GPS(nn.Module):
 
 def make_data(graphs: int, seed: int):
     torch.manual_seed(seed)
-    data = FakeDataset(num_graphs=graphs, avg_num_nodes=30, avg_degree=4, num_channels=8, num_classes=2,
-                       task="graph")
+    data = FakeDataset(num_graphs=graphs, avg_num_nodes=30, avg_degree=4, num_channels=8, num_classes=2, task="graph")
     items = []
     for g in data:
         g.y = (g.x[:, 0].sum() > 0).long().view(1)

@@ -68,17 +68,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=200, help="training epochs (default 200)")
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds, from 0 (default 3)")
-    parser.add_argument("--features", choices=["onehot", "pe", "onehot+pe"], default="onehot",
-                        help="node features (default onehot)")
+    parser.add_argument(
+        "--features", choices=["onehot", "pe", "onehot+pe"], default="onehot", help="node features (default onehot)"
+    )
     parser.add_argument("--pe", type=int, default=4, help="Laplacian eigenvectors for 'pe' (default 4)")
     parser.add_argument("--hidden", type=int, default=16, help="hidden channels (default 16)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (default 1: on 34 nodes more threads only add overhead)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (default 1: on 34 nodes more threads only add overhead)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.epochs < 1 or args.seeds < 1 or not 1 <= args.pe < 33:
-        print(f"Expected --epochs >= 1, --seeds >= 1 and 1 <= --pe <= 32 (got {args.epochs}, {args.seeds}, "
-              f"{args.pe})", file=sys.stderr)
+        print(
+            f"Expected --epochs >= 1, --seeds >= 1 and 1 <= --pe <= 32 (got {args.epochs}, {args.seeds}, {args.pe})",
+            file=sys.stderr,
+        )
         return 2
 
     torch.set_num_threads(max(1, args.threads))
@@ -86,11 +90,14 @@ def main(argv=None) -> int:
     torch.manual_seed(0)  # the eigenvectors' random signs
     x = features(data, args.features, args.pe)
     edge_index, _ = add_self_loops(data.edge_index, num_nodes=data.num_nodes)  # (2, 156 + 34)
-    print(f"karate club: {data.num_nodes} nodes, {data.edge_index.size(1)} directed edges + "
-          f"{data.num_nodes} self-loops, features {args.features} ({x.size(1)} channels), "
-          f"{int(data.train_mask.sum())} labelled nodes")
-    accuracies = [train(data, x, edge_index, args.epochs, seed, args.hidden, not args.quiet)
-                  for seed in range(args.seeds)]
+    print(
+        f"karate club: {data.num_nodes} nodes, {data.edge_index.size(1)} directed edges + "
+        f"{data.num_nodes} self-loops, features {args.features} ({x.size(1)} channels), "
+        f"{int(data.train_mask.sum())} labelled nodes"
+    )
+    accuracies = [
+        train(data, x, edge_index, args.epochs, seed, args.hidden, not args.quiet) for seed in range(args.seeds)
+    ]
     for seed, acc in enumerate(accuracies):
         print(f"seed {seed}: test accuracy {acc:.3f}")
     mean = sum(accuracies) / len(accuracies)

@@ -61,8 +61,9 @@ class GraphSelfAttention(nn.Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=False, attn_mask=None):
         if not (query is key is value) or attn_mask is not None or need_weights:
-            raise NotImplementedError("Expected self-attention (query is key is value) without attn_mask "
-                                      "or need_weights")
+            raise NotImplementedError(
+                "Expected self-attention (query is key is value) without attn_mask or need_weights"
+            )
         num_b, num_t, _ = query.shape
         pad = torch.zeros(num_b, num_t, dtype=torch.bool) if key_padding_mask is None else key_padding_mask
         lengths = (~pad).sum(dim=1)  # (B,); right padding assumed
@@ -108,9 +109,11 @@ def main(argv=None) -> int:
             sparse = model(x, pad)
         change = (sparse[real] - reference[real]).norm() / reference[real].norm()
         edges = batch_sequences(lengths.tolist(), model.attn.pattern)[0].size(1)
-        dense_edges = int((lengths ** 2).sum())
-        print(f"window({args.window}, {args.window}): {edges} of {dense_edges} edges, "
-              f"relative change of the output {change:.3f}")
+        dense_edges = int((lengths**2).sum())
+        print(
+            f"window({args.window}, {args.window}): {edges} of {dense_edges} edges, "
+            f"relative change of the output {change:.3f}"
+        )
     return 0
 
 

@@ -36,8 +36,15 @@ from torch_geometric.utils import sort_edge_index, stochastic_blockmodel_graph
 import graphattn as ga
 
 
-def sample(seeds: torch.Tensor, ptr: torch.Tensor, src: torch.Tensor, fanout: list[int], x, y,
-           generator: torch.Generator | None = None) -> Data:
+def sample(
+    seeds: torch.Tensor,
+    ptr: torch.Tensor,
+    src: torch.Tensor,
+    fanout: list[int],
+    x,
+    y,
+    generator: torch.Generator | None = None,
+) -> Data:
     """``NeighborLoader``'s batch for ``seeds``: ``x, y, edge_index`` in local ids, ``n_id``, ``e_id``, ``batch_size``.
 
     ``ptr (N + 1,)`` and ``src (E,)`` are the graph's edges sorted by target (CSC):
@@ -62,8 +69,9 @@ def sample(seeds: torch.Tensor, ptr: torch.Tensor, src: torch.Tensor, fanout: li
         new = sources[local[sources] < 0]
         if new.numel():  # nodes reached for the first time, in the order of first appearance
             uniq, inverse = torch.unique(new, return_inverse=True)
-            first = torch.full((uniq.numel(),), new.numel()).scatter_reduce_(0, inverse, torch.arange(new.numel()),
-                                                                              "amin")
+            first = torch.full((uniq.numel(),), new.numel()).scatter_reduce_(
+                0, inverse, torch.arange(new.numel()), "amin"
+            )
             new = uniq[first.argsort()]
             local[new] = sum(t.numel() for t in n_id) + torch.arange(new.numel())
             n_id.append(new)
@@ -73,8 +81,7 @@ def sample(seeds: torch.Tensor, ptr: torch.Tensor, src: torch.Tensor, fanout: li
         frontier = new
     n_id = torch.cat(n_id)
     edge_index = torch.stack([torch.cat(rows), torch.cat(cols)])  # (2, E_batch) local ids
-    return Data(x=x[n_id], y=y[n_id], edge_index=edge_index, n_id=n_id, e_id=torch.cat(e_ids),
-                batch_size=seeds.numel())
+    return Data(x=x[n_id], y=y[n_id], edge_index=edge_index, n_id=n_id, e_id=torch.cat(e_ids), batch_size=seeds.numel())
 
 
 class Net(nn.Module):
@@ -113,8 +120,10 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.nodes < 2 * args.blocks or args.epochs < 0 or args.batch_size < 1:
-        parser.error(f"Expected '--nodes' >= 2 * blocks, '--epochs' >= 0 and '--batch-size' >= 1 "
-                     f"(got {args.nodes}, {args.epochs}, {args.batch_size})")
+        parser.error(
+            f"Expected '--nodes' >= 2 * blocks, '--epochs' >= 0 and '--batch-size' >= 1 "
+            f"(got {args.nodes}, {args.epochs}, {args.batch_size})"
+        )
     dtype = getattr(torch, args.dtype)
     fanout = [int(k) for k in args.fanout.split(",")]
     x, y, edge_index = sbm_graph(args.nodes, args.blocks, 16, args.seed)
@@ -124,9 +133,11 @@ def main(argv=None) -> int:
     src = edge_index[0]
     g = torch.Generator().manual_seed(args.seed)
     perm = torch.randperm(args.nodes, generator=g)
-    train, test = perm[: args.nodes // 2], perm[args.nodes // 2:]
-    print(f"{args.nodes} nodes, {edge_index.size(1)} edges, {args.blocks} classes; "
-          f"fanout {fanout}, batch size {args.batch_size}")
+    train, test = perm[: args.nodes // 2], perm[args.nodes // 2 :]
+    print(
+        f"{args.nodes} nodes, {edge_index.size(1)} edges, {args.blocks} classes; "
+        f"fanout {fanout}, batch size {args.batch_size}"
+    )
 
     torch.manual_seed(args.seed)
     model = Net(16, args.hidden, args.heads, args.blocks).to(dtype)
@@ -147,8 +158,11 @@ def main(argv=None) -> int:
     model.eval()
     with torch.no_grad():
         full = model(x, edge_index)  # (N, classes): full-graph inference
-        parts = [(seeds, model(b.x, b.edge_index)[: b.batch_size])
-                 for seeds in test.split(args.batch_size) for b in [sample(seeds, ptr, src, [-1, -1], x, y)]]
+        parts = [
+            (seeds, model(b.x, b.edge_index)[: b.batch_size])
+            for seeds in test.split(args.batch_size)
+            for b in [sample(seeds, ptr, src, [-1, -1], x, y)]
+        ]
     seeds = torch.cat([s for s, _ in parts])
     sampled = torch.cat([o for _, o in parts])  # (T, classes)
     diff = float((sampled - full[seeds]).abs().max())

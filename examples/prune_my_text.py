@@ -32,8 +32,13 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("text", help="a UTF-8 text file, one passage per line")
-    parser.add_argument("--patterns", nargs="+", default=["window:8", "window:8|global:0", "random:16", "topk:8"],
-                        metavar="SPEC", help="pattern specs (see graphattn prune --help)")
+    parser.add_argument(
+        "--patterns",
+        nargs="+",
+        default=["window:8", "window:8|global:0", "random:16", "topk:8"],
+        metavar="SPEC",
+        help="pattern specs (see graphattn prune --help)",
+    )
     parser.add_argument("--limit", type=int, default=32, help="most passages, evenly spaced (default 32)")
     parser.add_argument("--max-length", type=int, default=128, help="most tokens per passage (default 128)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
@@ -49,13 +54,18 @@ def main(argv=None) -> int:
         print(f"prune_my_text: {err}", file=sys.stderr)
         return 2
     model, tokenizer = prune.load_model()
-    results = prune.run_experiment(args.patterns, passages, model=model, tokenizer=tokenizer,
-                                   max_length=args.max_length)
+    results = prune.run_experiment(
+        args.patterns, passages, model=model, tokenizer=tokenizer, max_length=args.max_length
+    )
     print(prune.format_table(results))
     ok, message = prune.self_check(results[0])
     print(message)
-    meta = {"model": "sentence-transformers/all-MiniLM-L6-v2", "source": args.text, "passages": len(passages),
-            "max_length": args.max_length}
+    meta = {
+        "model": "sentence-transformers/all-MiniLM-L6-v2",
+        "source": args.text,
+        "passages": len(passages),
+        "max_length": args.max_length,
+    }
     paths = prune.write_outputs(results, args.out, meta, figure=fidelity_figure)
     print("wrote", ", ".join(paths.values()))
     return 0 if ok else 1

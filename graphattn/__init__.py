@@ -22,15 +22,36 @@ import importlib
 
 __version__ = "0.2.0"  # the one place it is written: pyproject.toml reads it; CHANGELOG.md's top entry names it
 
-_LAZY = {"dense": ("graphattn.dense", None), "graphs": ("graphattn.graphs", None), "ops": ("graphattn.ops", None),
-         "patterns": ("graphattn.patterns", None), "attention": ("graphattn.ops", "attention"),
-         "AttentionConv": ("graphattn.conv", "AttentionConv"), "conv": ("graphattn.conv", None),
-         "interop": ("graphattn.interop", None), "distributed": ("graphattn.distributed", None),
-         "TransformerConv": ("graphattn.transformer_conv", "TransformerConv"),
-         "GATConv": ("graphattn.gat", "GATConv"), "GATv2Conv": ("graphattn.gat", "GATv2Conv")}
+_LAZY = {
+    "dense": ("graphattn.dense", None),
+    "graphs": ("graphattn.graphs", None),
+    "ops": ("graphattn.ops", None),
+    "patterns": ("graphattn.patterns", None),
+    "attention": ("graphattn.ops", "attention"),
+    "AttentionConv": ("graphattn.conv", "AttentionConv"),
+    "conv": ("graphattn.conv", None),
+    "interop": ("graphattn.interop", None),
+    "distributed": ("graphattn.distributed", None),
+    "TransformerConv": ("graphattn.transformer_conv", "TransformerConv"),
+    "GATConv": ("graphattn.gat", "GATConv"),
+    "GATv2Conv": ("graphattn.gat", "GATv2Conv"),
+}
 
-__all__ = ["AttentionConv", "TransformerConv", "GATConv", "GATv2Conv", "attention", "conv", "dense", "distributed",
-           "graphs", "interop", "ops", "patterns", "__version__"]
+__all__ = [
+    "AttentionConv",
+    "TransformerConv",
+    "GATConv",
+    "GATv2Conv",
+    "attention",
+    "conv",
+    "dense",
+    "distributed",
+    "graphs",
+    "interop",
+    "ops",
+    "patterns",
+    "__version__",
+]
 
 
 def __getattr__(name):

@@ -23,16 +23,32 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["CHECKED_ON", "softmax_into", "softmax_backward", "has_forward_hooks", "pyg_needs_propagate",
-           "keep_pyg_explain_path", "hf_collected_outputs", "hf_attn_implementation"]
+__all__ = [
+    "CHECKED_ON",
+    "softmax_into",
+    "softmax_backward",
+    "has_forward_hooks",
+    "pyg_needs_propagate",
+    "keep_pyg_explain_path",
+    "hf_collected_outputs",
+    "hf_attn_implementation",
+]
 
 CHECKED_ON = {"torch": "2.13", "torch_geometric": "2.8", "transformers": "5.24"}
 
 # PyG's per-step hook dicts on a MessagePassing (private attributes; checked on torch_geometric 2.8).
-PYG_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
-             "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
-             "_message_and_aggregate_forward_pre_hooks", "_message_and_aggregate_forward_hooks",
-             "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
+PYG_HOOKS = (
+    "_propagate_forward_pre_hooks",
+    "_propagate_forward_hooks",
+    "_message_forward_pre_hooks",
+    "_message_forward_hooks",
+    "_aggregate_forward_pre_hooks",
+    "_aggregate_forward_hooks",
+    "_message_and_aggregate_forward_pre_hooks",
+    "_message_and_aggregate_forward_hooks",
+    "_edge_update_forward_pre_hooks",
+    "_edge_update_forward_hooks",
+)
 
 
 def softmax_into(score: Tensor, out: Tensor) -> Tensor:

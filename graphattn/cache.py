@@ -141,7 +141,8 @@ class ContentCache:
     def _matches(entry, tensors, owners) -> bool:
         snapshots, held, _ = entry
         return all(a is b for a, b in zip(held, owners)) and all(
-            s.dtype == t.dtype and torch.equal(s, t) for s, t in zip(snapshots, tensors))
+            s.dtype == t.dtype and torch.equal(s, t) for s, t in zip(snapshots, tensors)
+        )
 
     def _evict(self) -> None:
         while len(self._entries) > max(self.size, 0):
@@ -154,7 +155,10 @@ class ContentCache:
         if self._warned or self.refills < max(2, self.size):
             return
         self._warned = True
-        warnings.warn(f"The {self.name} keeps {self.size} graphs and has rebuilt {self.refills} it had just "
-                      f"evicted: the model uses more distinct graphs than that (one per edge type, layer or "
-                      f"batch); each miss rebuilds the structure. Raise the size with {self.resize_hint}.",
-                      RuntimeWarning, stacklevel=4)
+        warnings.warn(
+            f"The {self.name} keeps {self.size} graphs and has rebuilt {self.refills} it had just "
+            f"evicted: the model uses more distinct graphs than that (one per edge type, layer or "
+            f"batch); each miss rebuilds the structure. Raise the size with {self.resize_hint}.",
+            RuntimeWarning,
+            stacklevel=4,
+        )

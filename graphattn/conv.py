@@ -43,8 +43,9 @@ def _feature_sizes(in_channels) -> tuple[int, int, int]:
             f"Expected 'in_channels' to be an int, a pair (F_kv, F_q) or a triple (F_k, F_v, F_q) (got {in_channels!r})"
         )
     if any(f < 1 and f != -1 for f in sizes):
-        raise ValueError(message("in_channels", "positive sizes, or -1 for a size inferred at the first call",
-                                 in_channels))
+        raise ValueError(
+            message("in_channels", "positive sizes, or -1 for a size inferred at the first call", in_channels)
+        )
     return sizes
 
 
@@ -146,8 +147,17 @@ class AttentionConv(MessagePassing):
     torch.Size([5, 32])
     """
 
-    def __init__(self, in_channels, out_channels: int, heads: int = 1, dropout: float = 0.0,
-                 bias: bool = True, output_projection: bool = True, impl: str = "auto", **kwargs):
+    def __init__(
+        self,
+        in_channels,
+        out_channels: int,
+        heads: int = 1,
+        dropout: float = 0.0,
+        bias: bool = True,
+        output_projection: bool = True,
+        impl: str = "auto",
+        **kwargs,
+    ):
         for name, default in (("aggr", "add"), ("flow", "source_to_target")):
             if kwargs.setdefault(name, default) != default:  # attention is a softmax-weighted sum along j -> i
                 raise ValueError(f"Expected '{name}' to be {default!r} for attention (got {kwargs[name]!r})")
@@ -162,9 +172,12 @@ class AttentionConv(MessagePassing):
         output_projection = check_bool("output_projection", output_projection)
         impl = check_choice("impl", impl, ("auto", "message_passing"))
         largest = "out_channels" if out_channels >= max(f_k, f_v, f_q) else "in_channels"
-        check_fits_memory(largest, {"out_channels": out_channels, "in_channels": in_channels}[largest],
-                          out_channels * (max(f_k, 0) + max(f_v, 0) + max(f_q, 0) + out_channels),
-                          torch.get_default_dtype().itemsize)
+        check_fits_memory(
+            largest,
+            {"out_channels": out_channels, "in_channels": in_channels}[largest],
+            out_channels * (max(f_k, 0) + max(f_v, 0) + max(f_q, 0) + out_channels),
+            torch.get_default_dtype().itemsize,
+        )
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.heads = heads
@@ -211,18 +224,34 @@ class AttentionConv(MessagePassing):
             if not t.is_floating_point():
                 raise TypeError(f"Expected '{name}' to be floating point (got {t.dtype})")
             if width is not None and t.dtype != lin.weight.dtype:
-                raise TypeError(f"Expected '{name}' to have the layer's dtype {lin.weight.dtype} (got {t.dtype}); "
-                                f"convert one of them, e.g. conv.to({t.dtype})")
+                raise TypeError(
+                    f"Expected '{name}' to have the layer's dtype {lin.weight.dtype} (got {t.dtype}); "
+                    f"convert one of them, e.g. conv.to({t.dtype})"
+                )
         if x_q is x_k and x_k is x_v:  # one matmul for the projections of one input
             parts = project(x_q, self.lin_query, self.lin_key, self.lin_value)
         else:
-            parts = (self.lin_query(x_q), *(project(x_k, self.lin_key, self.lin_value) if x_k is x_v
-                                            else (self.lin_key(x_k), self.lin_value(x_v))))
+            parts = (
+                self.lin_query(x_q),
+                *(
+                    project(x_k, self.lin_key, self.lin_value)
+                    if x_k is x_v
+                    else (self.lin_key(x_k), self.lin_value(x_v))
+                ),
+            )
         return tuple(t.view(t.size(0), self.heads, self.out_channels // self.heads) for t in parts)  # (n, H, D)
 
-    def forward(self, x, edge_index: Tensor, *, edge_bias: Tensor | None = None,
-                return_attention_weights: bool = False, size=None, batch: Tensor | None = None,
-                context_parallel=None):
+    def forward(
+        self,
+        x,
+        edge_index: Tensor,
+        *,
+        edge_bias: Tensor | None = None,
+        return_attention_weights: bool = False,
+        size=None,
+        batch: Tensor | None = None,
+        context_parallel=None,
+    ):
         """Attend along ``edge_index``.
 
         Parameters
@@ -269,16 +298,27 @@ class AttentionConv(MessagePassing):
         check_bool("return_attention_weights", return_attention_weights)
         query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
         if context_parallel is not None:
-            return self._context_parallel(query, key, value, edge_index, context_parallel, edge_bias,
-                                          return_attention_weights, size, batch)
+            return self._context_parallel(
+                query, key, value, edge_index, context_parallel, edge_bias, return_attention_weights, size, batch
+            )
         slow = use_propagate(self, edge_index, batch)
-        edge_index, graph, _ = resolve(edge_index, size, batch, key.size(0), query.size(0),
-                                       slow or return_attention_weights, query.device)
+        edge_index, graph, _ = resolve(
+            edge_index, size, batch, key.size(0), query.size(0), slow or return_attention_weights, query.device
+        )
         if slow:
             out, alpha = self._message_passing(query, key, value, graph, edge_bias)
         else:
-            out, alpha = attend(query, key, value, graph, batch, edge_bias=edge_bias, dropout=self.dropout,
-                                training=self.training, need_weights=return_attention_weights)  # (L, H, D), (E, H)
+            out, alpha = attend(
+                query,
+                key,
+                value,
+                graph,
+                batch,
+                edge_bias=edge_bias,
+                dropout=self.dropout,
+                training=self.training,
+                need_weights=return_attention_weights,
+            )  # (L, H, D), (E, H)
         out = out.reshape(query.size(0), self.out_channels)  # (L, H*D)
         if self.lin_out is not None:
             out = self.lin_out(out)  # (L, F_out)
@@ -289,16 +329,34 @@ class AttentionConv(MessagePassing):
     def _context_parallel(self, query, key, value, graph, group, edge_bias, return_attention_weights, size, batch):
         """The block of this process, over a sequence split across ``group`` (:mod:`graphattn.distributed`)."""
         if not isinstance(group, dist.ProcessGroup):
-            raise TypeError(message("context_parallel", "a torch.distributed ProcessGroup (e.g. "
-                                    "torch.distributed.group.WORLD) or None", type(group).__name__))
+            raise TypeError(
+                message(
+                    "context_parallel",
+                    "a torch.distributed ProcessGroup (e.g. torch.distributed.group.WORLD) or None",
+                    type(group).__name__,
+                )
+            )
         if size is not None or batch is not None or self.impl == "message_passing":
-            raise NotImplementedError("Expected 'context_parallel' without 'size', 'batch' and "
-                                      "impl='message_passing' (the graph is one global sequence)")
-        plan = graph if isinstance(graph, distributed.ExchangePlan) else \
-            distributed.plan_for_group(graph, query.size(0), group)
-        out, alpha = distributed.attention(query, key, value, plan, group=group, edge_bias=edge_bias,
-                                           dropout=self.dropout, training=self.training,
-                                           need_weights=return_attention_weights)  # (n, H, D), (E_local, H)
+            raise NotImplementedError(
+                "Expected 'context_parallel' without 'size', 'batch' and "
+                "impl='message_passing' (the graph is one global sequence)"
+            )
+        plan = (
+            graph
+            if isinstance(graph, distributed.ExchangePlan)
+            else distributed.plan_for_group(graph, query.size(0), group)
+        )
+        out, alpha = distributed.attention(
+            query,
+            key,
+            value,
+            plan,
+            group=group,
+            edge_bias=edge_bias,
+            dropout=self.dropout,
+            training=self.training,
+            need_weights=return_attention_weights,
+        )  # (n, H, D), (E_local, H)
         out = out.reshape(query.size(0), self.out_channels)  # (n, H*D)
         if self.lin_out is not None:
             out = self.lin_out(out)  # (n, F_out)
@@ -316,8 +374,9 @@ class AttentionConv(MessagePassing):
         out = self.propagate(edge_index, value=value, alpha=alpha, size=size)  # (L, H, D)
         return out, alpha
 
-    def edge_update(self, query_i: Tensor, key_j: Tensor, edge_bias: Tensor | None, index: Tensor,
-                    size_i: int) -> Tensor:
+    def edge_update(
+        self, query_i: Tensor, key_j: Tensor, edge_bias: Tensor | None, index: Tensor, size_i: int
+    ) -> Tensor:
         # 2) score and 3) scale: one dot product per edge and head, the scale of the fast path
         score = ops.edge_scores(query_i, key_j)  # (E, H, D) · (E, H, D) -> (E, H), float32 for half types
         if edge_bias is not None:
@@ -394,8 +453,14 @@ class AttentionConv(MessagePassing):
         """
         f_k, f_v, f_q = (_in_width(lin) for lin in (self.lin_key, self.lin_value, self.lin_query))
         if None in (f_k, f_v, f_q):
-            raise ValueError(message("in_channels", "known sizes to convert to nn.MultiheadAttention",
-                                     self.in_channels, "call the layer once so that its lazy sizes are set"))
+            raise ValueError(
+                message(
+                    "in_channels",
+                    "known sizes to convert to nn.MultiheadAttention",
+                    self.in_channels,
+                    "call the layer once so that its lazy sizes are set",
+                )
+            )
         if self.lin_out is None or f_q != self.out_channels:
             raise ValueError(
                 "Expected an output projection and F_q == out_channels to convert to nn.MultiheadAttention "
@@ -403,8 +468,17 @@ class AttentionConv(MessagePassing):
             )
         bias = self.lin_query.bias is not None
         w = self.lin_out.weight
-        mha = nn.MultiheadAttention(self.out_channels, self.heads, dropout=self.dropout, bias=bias,
-                                    kdim=f_k, vdim=f_v, batch_first=batch_first, device=w.device, dtype=w.dtype)
+        mha = nn.MultiheadAttention(
+            self.out_channels,
+            self.heads,
+            dropout=self.dropout,
+            bias=bias,
+            kdim=f_k,
+            vdim=f_v,
+            batch_first=batch_first,
+            device=w.device,
+            dtype=w.dtype,
+        )
         with torch.no_grad():
             weights = (self.lin_query.weight, self.lin_key.weight, self.lin_value.weight)
             if mha._qkv_same_embed_dim:

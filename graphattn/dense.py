@@ -164,8 +164,9 @@ def six_steps(
         try:
             scaled = scaled + check_tensor("bias", bias, floating=True)  # (..., H, L, S)
         except RuntimeError:
-            raise ValueError(message("bias", f"broadcastable to (..., H, L, S) = {tuple(scaled.shape)}",
-                                     tuple(bias.shape))) from None
+            raise ValueError(
+                message("bias", f"broadcastable to (..., H, L, S) = {tuple(scaled.shape)}", tuple(bias.shape))
+            ) from None
 
     # 4) mask before the softmax: a disallowed key gets -inf, i.e. weight exactly 0
     allowed = torch.ones_like(scaled, dtype=torch.bool)
@@ -173,8 +174,9 @@ def six_steps(
         try:
             allowed = allowed & mask  # (..., H, L, S)
         except RuntimeError:
-            raise ValueError(message("mask", f"broadcastable to (..., H, L, S) = {tuple(scaled.shape)}",
-                                     tuple(mask.shape))) from None
+            raise ValueError(
+                message("mask", f"broadcastable to (..., H, L, S) = {tuple(scaled.shape)}", tuple(mask.shape))
+            ) from None
     allowed = allowed & ~torch.isneginf(scaled)  # a -inf bias removes the key too
     masked = scaled.masked_fill(~allowed, float("-inf"))  # (..., H, L, S)
 
@@ -229,8 +231,9 @@ class DenseAttention(nn.Module):
     (True, torch.Size([2, 5, 5]))
     """
 
-    def __init__(self, in_channels, out_channels: int, heads: int = 1, *, bias: bool = True,
-                 output_projection: bool = True):
+    def __init__(
+        self, in_channels, out_channels: int, heads: int = 1, *, bias: bool = True, output_projection: bool = True
+    ):
         super().__init__()
         sizes = _feature_sizes(in_channels)
         out_channels, heads = check_int("out_channels", out_channels, 1), check_int("heads", heads, 1)
@@ -276,15 +279,27 @@ class DenseAttention(nn.Module):
             w_k, w_v = torch.cat([w_k, torch.zeros_like(w_v)]), torch.cat([torch.zeros_like(w_k), w_v])
         b = [lin.bias for lin in (self.lin_query, self.lin_key, self.lin_value)]
         steps = six_steps(
-            x_q, self.lin_query.weight.T, w_k, w_v, mask,
-            heads=self.heads, x_kv=x_k, b_q=b[0], b_k=b[1], b_v=b[2], bias=attn_bias,
+            x_q,
+            self.lin_query.weight.T,
+            w_k,
+            w_v,
+            mask,
+            heads=self.heads,
+            x_kv=x_k,
+            b_q=b[0],
+            b_k=b[1],
+            b_v=b[2],
+            bias=attn_bias,
         )
         out = steps.output if self.lin_out is None else self.lin_out(steps.output)
         return out, steps.weights
 
     def __repr__(self) -> str:
-        extra = "".join(f", {k}={v}" for k, v in (("bias", self.lin_query.bias is not None),
-                                                   ("output_projection", self.lin_out is not None)) if not v)
+        extra = "".join(
+            f", {k}={v}"
+            for k, v in (("bias", self.lin_query.bias is not None), ("output_projection", self.lin_out is not None))
+            if not v
+        )
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads}{extra})"
 
 

@@ -46,9 +46,14 @@ def _fast(module, edge_index) -> bool:
     The kernels sum the weighted messages into each edge's target (row 1): another ``aggr`` (``"mean"``,
     ``"max"``, ...) or ``flow="target_to_source"`` runs PyG's own ``propagate``.
     """
-    return (module.impl == "auto" and not needs_propagate(module) and isinstance(edge_index, Tensor)
-            and edge_index.layout == torch.strided and isinstance(module.aggr_module, SumAggregation)
-            and module.flow == "source_to_target")
+    return (
+        module.impl == "auto"
+        and not needs_propagate(module)
+        and isinstance(edge_index, Tensor)
+        and edge_index.layout == torch.strided
+        and isinstance(module.aggr_module, SumAggregation)
+        and module.flow == "source_to_target"
+    )
 
 
 def _keep_pygs_explain_path(module) -> None:
@@ -74,6 +79,7 @@ def _with_self_loops(module, edge_index, edge_attr, num_nodes):
     layers of a model share it); not when ``edge_attr`` needs a gradient.
     Under ``torch.compile`` it runs eagerly between two graphs.
     """
+
     def build():
         edges, attr = remove_self_loops(edge_index, edge_attr)
         return add_self_loops(edges, attr, fill_value=module.fill_value, num_nodes=num_nodes)
@@ -81,7 +87,12 @@ def _with_self_loops(module, edge_index, edge_attr, num_nodes):
     if edge_attr is not None and edge_attr.requires_grad and torch.is_grad_enabled():
         return build()
     fill = module.fill_value
-    key = ("self_loops", num_nodes, fill if isinstance(fill, (float, int, str)) else id(fill), type(edge_index).__name__)
+    key = (
+        "self_loops",
+        num_nodes,
+        fill if isinstance(fill, (float, int, str)) else id(fill),
+        type(edge_index).__name__,
+    )
     tensors = (edge_index,) if edge_attr is None else (edge_index, edge_attr)
     if isinstance(fill, Tensor):
         tensors = tensors + (fill,)
@@ -102,18 +113,36 @@ def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_a
 
 def _from(cls, conv, impl: str):
     """A graphattn layer with ``conv``'s configuration and a copy of its weights."""
-    kwargs = dict(heads=conv.heads, concat=conv.concat, negative_slope=conv.negative_slope, dropout=conv.dropout,
-                  add_self_loops=conv.add_self_loops, edge_dim=conv.edge_dim, fill_value=conv.fill_value,
-                  bias=conv.bias is not None, residual=conv.residual, aggr=conv.aggr, flow=conv.flow)
+    kwargs = dict(
+        heads=conv.heads,
+        concat=conv.concat,
+        negative_slope=conv.negative_slope,
+        dropout=conv.dropout,
+        add_self_loops=conv.add_self_loops,
+        edge_dim=conv.edge_dim,
+        fill_value=conv.fill_value,
+        bias=conv.bias is not None,
+        residual=conv.residual,
+        aggr=conv.aggr,
+        flow=conv.flow,
+    )
     if isinstance(conv, PyGGATv2Conv):
         kwargs["share_weights"] = conv.share_weights
     return copy_weights(conv, cls(conv.in_channels, conv.out_channels, impl=impl, **kwargs))
 
 
 def _to(layer, pyg_cls):
-    kwargs = dict(heads=layer.heads, concat=layer.concat, negative_slope=layer.negative_slope, dropout=layer.dropout,
-                  add_self_loops=layer.add_self_loops, edge_dim=layer.edge_dim, fill_value=layer.fill_value,
-                  bias=layer.bias is not None, residual=layer.residual)
+    kwargs = dict(
+        heads=layer.heads,
+        concat=layer.concat,
+        negative_slope=layer.negative_slope,
+        dropout=layer.dropout,
+        add_self_loops=layer.add_self_loops,
+        edge_dim=layer.edge_dim,
+        fill_value=layer.fill_value,
+        bias=layer.bias is not None,
+        residual=layer.residual,
+    )
     if pyg_cls is PyGGATv2Conv:
         kwargs["share_weights"] = layer.share_weights
     return copy_weights(layer, pyg_cls(layer.in_channels, layer.out_channels, **kwargs))
@@ -154,13 +183,37 @@ class GATConv(PyGGATConv):
     .. [1] Velickovic et al., "Graph Attention Networks", ICLR 2018, eq. (1)-(4).
     """
 
-    def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True,
-                 negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, edge_dim=None,
-                 fill_value="mean", bias: bool = True, residual: bool = False, impl: str = "auto", **kwargs):
+    def __init__(
+        self,
+        in_channels,
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        dropout: float = 0.0,
+        add_self_loops: bool = True,
+        edge_dim=None,
+        fill_value="mean",
+        bias: bool = True,
+        residual: bool = False,
+        impl: str = "auto",
+        **kwargs,
+    ):
         self.impl = check_choice("impl", impl, ("auto", "message_passing"))
-        super().__init__(in_channels, out_channels, heads=heads, concat=concat, negative_slope=negative_slope,
-                         dropout=dropout, add_self_loops=add_self_loops, edge_dim=edge_dim, fill_value=fill_value,
-                         bias=bias, residual=residual, **kwargs)
+        super().__init__(
+            in_channels,
+            out_channels,
+            heads=heads,
+            concat=concat,
+            negative_slope=negative_slope,
+            dropout=dropout,
+            add_self_loops=add_self_loops,
+            edge_dim=edge_dim,
+            fill_value=fill_value,
+            bias=bias,
+            residual=residual,
+            **kwargs,
+        )
         _keep_pygs_explain_path(self)
 
     def forward(self, x, edge_index, edge_attr: Tensor | None = None, size=None, return_attention_weights=None):
@@ -194,9 +247,15 @@ class GATConv(PyGGATConv):
             w_edge = (self.lin_edge.weight.view(H, C, -1) * self.att_edge.view(H, C, 1)).sum(1)  # (H, F_e): a_e^T Θ_e
             score = score + edge_attr @ w_edge.t()  # (E, F_e) @ (F_e, H) -> (E, H), no (E, H, C) tensor
         score = F.leaky_relu(score, self.negative_slope)  # (E, H)
-        out, alpha = ops.scored_attention(score, x_src, _plain(edge_index), num_targets, dropout=self.dropout,
-                                          training=self.training,
-                                          need_weights=bool(return_attention_weights))  # (L, H, C), (E, H)
+        out, alpha = ops.scored_attention(
+            score,
+            x_src,
+            _plain(edge_index),
+            num_targets,
+            dropout=self.dropout,
+            training=self.training,
+            need_weights=bool(return_attention_weights),
+        )  # (L, H, C), (E, H)
         return _finish(self, out, res, edge_index, alpha, return_attention_weights)
 
     @classmethod
@@ -237,14 +296,39 @@ class GATv2Conv(PyGGATv2Conv):
     .. [1] Brody, Alon and Yahav, "How Attentive are Graph Attention Networks?", ICLR 2022, eq. (7).
     """
 
-    def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True,
-                 negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, edge_dim=None,
-                 fill_value="mean", bias: bool = True, share_weights: bool = False, residual: bool = False,
-                 impl: str = "auto", **kwargs):
+    def __init__(
+        self,
+        in_channels,
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        dropout: float = 0.0,
+        add_self_loops: bool = True,
+        edge_dim=None,
+        fill_value="mean",
+        bias: bool = True,
+        share_weights: bool = False,
+        residual: bool = False,
+        impl: str = "auto",
+        **kwargs,
+    ):
         self.impl = check_choice("impl", impl, ("auto", "message_passing"))
-        super().__init__(in_channels, out_channels, heads=heads, concat=concat, negative_slope=negative_slope,
-                         dropout=dropout, add_self_loops=add_self_loops, edge_dim=edge_dim, fill_value=fill_value,
-                         bias=bias, share_weights=share_weights, residual=residual, **kwargs)
+        super().__init__(
+            in_channels,
+            out_channels,
+            heads=heads,
+            concat=concat,
+            negative_slope=negative_slope,
+            dropout=dropout,
+            add_self_loops=add_self_loops,
+            edge_dim=edge_dim,
+            fill_value=fill_value,
+            bias=bias,
+            share_weights=share_weights,
+            residual=residual,
+            **kwargs,
+        )
         _keep_pygs_explain_path(self)
 
     def forward(self, x, edge_index, edge_attr: Tensor | None = None, return_attention_weights=None):
@@ -268,9 +352,15 @@ class GATv2Conv(PyGGATv2Conv):
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
             h = h + self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C)
         score = (F.leaky_relu(h, self.negative_slope) * self.att).sum(-1)  # (E, H, C) · (1, H, C) -> (E, H)
-        out, alpha = ops.scored_attention(score, x_l, _plain(edge_index), x_r.size(0), dropout=self.dropout,
-                                          training=self.training,
-                                          need_weights=bool(return_attention_weights))  # (L, H, C), (E, H)
+        out, alpha = ops.scored_attention(
+            score,
+            x_l,
+            _plain(edge_index),
+            x_r.size(0),
+            dropout=self.dropout,
+            training=self.training,
+            need_weights=bool(return_attention_weights),
+        )  # (L, H, C), (E, H)
         return _finish(self, out, res, edge_index, alpha, return_attention_weights)
 
     @classmethod

@@ -32,8 +32,12 @@ __all__ = ["GPSConv", "GPSAttention", "use_graphattn"]
 
 def _plain_self_attention(attn) -> bool:
     """``attn`` is an ``nn.MultiheadAttention`` whose self-attention is in_proj -> SDPA -> out_proj."""
-    return (isinstance(attn, nn.MultiheadAttention) and attn._qkv_same_embed_dim and attn.bias_k is None
-            and not attn.add_zero_attn)
+    return (
+        isinstance(attn, nn.MultiheadAttention)
+        and attn._qkv_same_embed_dim
+        and attn.bias_k is None
+        and not attn.add_zero_attn
+    )
 
 
 class GPSConv(_PyGGPSConv):
@@ -104,8 +108,9 @@ class GPSConv(_PyGGPSConv):
             batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)  # (N,): one graph, as to_dense_batch
         qkv = F.linear(x, attn.in_proj_weight, attn.in_proj_bias)  # (N, 3 F)
         q, k, v = qkv.view(-1, 3, H, D).unbind(1)  # (N, H, D) each
-        out, _ = batched_attention(q, k, v, patterns.full(), batch, dropout=attn.dropout,
-                                   training=attn.training)  # (N, H, D)
+        out, _ = batched_attention(
+            q, k, v, patterns.full(), batch, dropout=attn.dropout, training=attn.training
+        )  # (N, H, D)
         return attn.out_proj(out.reshape(-1, H * D))  # (N, F)
 
     def forward(self, x: Tensor, edge_index, batch: Tensor | None = None, **kwargs) -> Tensor:
@@ -167,36 +172,75 @@ class GPSAttention(nn.MultiheadAttention):
         if not isinstance(mha, nn.MultiheadAttention):
             raise TypeError(message("mha", "an nn.MultiheadAttention", type(mha).__name__))
         weight = mha.out_proj.weight
-        new = cls(mha.embed_dim, mha.num_heads, dropout=mha.dropout, bias=mha.in_proj_bias is not None,
-                  add_bias_kv=mha.bias_k is not None, add_zero_attn=mha.add_zero_attn, kdim=mha.kdim,
-                  vdim=mha.vdim, batch_first=mha.batch_first, device=weight.device, dtype=weight.dtype)
+        new = cls(
+            mha.embed_dim,
+            mha.num_heads,
+            dropout=mha.dropout,
+            bias=mha.in_proj_bias is not None,
+            add_bias_kv=mha.bias_k is not None,
+            add_zero_attn=mha.add_zero_attn,
+            kdim=mha.kdim,
+            vdim=mha.vdim,
+            batch_first=mha.batch_first,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
         new.load_state_dict(mha.state_dict())
         return new.train(mha.training)
 
     def _fast_ok(self, query, key, value, key_padding_mask, need_weights, attn_mask, is_causal) -> bool:
-        return (query is key and key is value and key_padding_mask is not None and not need_weights
-                and attn_mask is None and not is_causal and _plain_self_attention(self)
-                and query.dim() == 3 and key_padding_mask.dtype == torch.bool)
+        return (
+            query is key
+            and key is value
+            and key_padding_mask is not None
+            and not need_weights
+            and attn_mask is None
+            and not is_causal
+            and _plain_self_attention(self)
+            and query.dim() == 3
+            and key_padding_mask.dtype == torch.bool
+        )
 
-    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
-                need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
-                is_causal: bool = False):
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ):
         """``nn.MultiheadAttention.forward``; self-attention with a boolean key padding mask is one SDPA call."""
         if not self._fast_ok(query, key, value, key_padding_mask, need_weights, attn_mask, is_causal):
-            return super().forward(query, key, value, key_padding_mask=key_padding_mask, need_weights=need_weights,
-                                   attn_mask=attn_mask, average_attn_weights=average_attn_weights,
-                                   is_causal=is_causal)
+            return super().forward(
+                query,
+                key,
+                value,
+                key_padding_mask=key_padding_mask,
+                need_weights=need_weights,
+                attn_mask=attn_mask,
+                average_attn_weights=average_attn_weights,
+                is_causal=is_causal,
+            )
         padded = query if self.batch_first else query.transpose(0, 1)  # (B, T, F)
         B, T, _ = padded.shape
         if tuple(key_padding_mask.shape) != (B, T):
-            raise ValueError(message("key_padding_mask", f"to have shape (B, T) = ({B}, {T}) (batch, source length)",
-                                     f"shape {tuple(key_padding_mask.shape)}"))
+            raise ValueError(
+                message(
+                    "key_padding_mask",
+                    f"to have shape (B, T) = ({B}, {T}) (batch, source length)",
+                    f"shape {tuple(key_padding_mask.shape)}",
+                )
+            )
         H, D = self.num_heads, self.head_dim
         qkv = F.linear(padded, self.in_proj_weight, self.in_proj_bias)  # (B, T, 3 F)
         q, k, v = qkv.view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # (B, H, T, D) each
         visible = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, T): True = may attend
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=visible,
-                                             dropout_p=self.dropout if self.training else 0.0)  # (B, H, T, D)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=visible, dropout_p=self.dropout if self.training else 0.0
+        )  # (B, H, T, D)
         out = self.out_proj(out.transpose(1, 2).reshape(B, T, H * D))  # (B, T, F)
         return (out if self.batch_first else out.transpose(0, 1)), None
 

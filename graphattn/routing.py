@@ -30,6 +30,7 @@ from graphattn.validate import message
 
 __all__ = ["needs_propagate", "use_propagate", "resolve", "attend", "project", "copy_weights"]
 
+
 def needs_propagate(module) -> bool:
     """True when PyG machinery must see every edge: explain mode or a registered message-passing hook.
 
@@ -118,8 +119,13 @@ def compact_batch(batch: Tensor) -> Tensor:
     negative, not a 1-D integer tensor; under ``torch.compile``) is returned as it is, for
     :func:`graphattn.ops.batched_attention` to use or refuse by name.
     """
-    if (torch.compiler.is_compiling() or not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() == 0
-            or batch.dtype not in (torch.int64, torch.int32)):
+    if (
+        torch.compiler.is_compiling()
+        or not isinstance(batch, Tensor)
+        or batch.dim() != 1
+        or batch.numel() == 0
+        or batch.dtype not in (torch.int64, torch.int32)
+    ):
         return batch
     steps = batch[1:] - batch[:-1]  # (N - 1,) 0 inside a graph, 1 to the next id, > 1 over empty graphs
     if not bool(((steps > 1).any() | (batch[0] > 0)) & (steps >= 0).all()):  # one host sync
@@ -136,8 +142,11 @@ def project(x: Tensor, *lins) -> tuple[Tensor, ...]:
     ``state_dict`` unchanged); gradients reach each one through the concatenation.
     """
     fusable = len(lins) > 1 and all(
-        not isinstance(lin.weight, UninitializedParameter) and not _compat.has_forward_hooks(lin)
-        and (lin.bias is None) == (lins[0].bias is None) for lin in lins)
+        not isinstance(lin.weight, UninitializedParameter)
+        and not _compat.has_forward_hooks(lin)
+        and (lin.bias is None) == (lins[0].bias is None)
+        for lin in lins
+    )
     if not fusable:
         return tuple(lin(x) for lin in lins)
     weight = torch.cat([lin.weight for lin in lins])  # (sum F_out, F_in)

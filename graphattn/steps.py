@@ -25,8 +25,18 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["six_steps_report", "worked_report", "worked_example", "WORKED_SCORES", "WORKED_VALUES",
-           "BOOK_SCALED", "BOOK_WEIGHTS", "edge_messages", "edge_table", "graph_lines"]
+__all__ = [
+    "six_steps_report",
+    "worked_report",
+    "worked_example",
+    "WORKED_SCORES",
+    "WORKED_VALUES",
+    "BOOK_SCALED",
+    "BOOK_WEIGHTS",
+    "edge_messages",
+    "edge_table",
+    "graph_lines",
+]
 
 WORKED_SCORES = (2.1, 0.4, -0.3)  # raw scores q · k_j of one query against three keys
 BOOK_SCALED = (1.05, 0.2, -0.15)  # the book's scaled scores: WORKED_SCORES / sqrt(4), right
@@ -37,8 +47,9 @@ WORKED_VALUES = ((1.0, 0.0, 0.0, 1.0), (0.0, 2.0, 0.0, 0.0), (0.0, 0.0, 3.0, -1.
 def _fmt(t: Tensor, decimals: int) -> str:
     """A 1-D tensor as ``[a, b, c]`` with fixed decimals (``-inf`` spelled out)."""
     width = decimals + 3  # sign, one digit, point: columns line up
-    return "[" + ", ".join(f"{v:{width}.{decimals}f}" if math.isfinite(v) else f"{v!s:>{width}}"
-                           for v in t.tolist()) + "]"
+    return (
+        "[" + ", ".join(f"{v:{width}.{decimals}f}" if math.isfinite(v) else f"{v!s:>{width}}" for v in t.tolist()) + "]"
+    )
 
 
 def _block(name: str, t: Tensor, decimals: int, note: str = "") -> list[str]:
@@ -83,20 +94,25 @@ def worked_example(scores=WORKED_SCORES, d_k: int = 4, values=WORKED_VALUES) -> 
     return dict(scores=s, scaled=scaled, weights=weights, values=v, output=output)
 
 
-def six_steps_report(length: int, dim: int, seed: int, causal: bool, decimals: int,
-                     node: int | None = None) -> list[str]:
+def six_steps_report(
+    length: int, dim: int, seed: int, causal: bool, decimals: int, node: int | None = None
+) -> list[str]:
     from graphattn.dense import six_steps
 
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(length, dim, generator=gen, dtype=torch.float64)  # (L, d)
-    w_q, w_k, w_v = (torch.randn(dim, dim, generator=gen, dtype=torch.float64) / math.sqrt(dim)
-                     for _ in range(3))  # (d, d) each
+    w_q, w_k, w_v = (
+        torch.randn(dim, dim, generator=gen, dtype=torch.float64) / math.sqrt(dim) for _ in range(3)
+    )  # (d, d) each
     mask = torch.tril(torch.ones(length, length, dtype=torch.bool)) if causal else None  # (L, L)
     st = six_steps(x, w_q, w_k, w_v, mask)  # one head: every (H, ...) tensor has H = 1
     q, k, v = st.queries[0], st.keys[0], st.values[0]  # (L, d) each
     d = decimals
-    lines = [f"The six steps of self-attention: L = {length} tokens, d = {dim}, one head, seed {seed}, float64.",
-             "Rows are queries i, columns keys j; the head axis (size 1) is dropped.", ""]
+    lines = [
+        f"The six steps of self-attention: L = {length} tokens, d = {dim}, one head, seed {seed}, float64.",
+        "Rows are queries i, columns keys j; the head axis (size 1) is dropped.",
+        "",
+    ]
     lines += _block("x: the input tokens", x, d)
     lines += _block("W_Q", w_q, d) + _block("W_K", w_k, d) + _block("W_V", w_v, d)
     lines += [""] + _block("1) project  Q = x W_Q", q, d)
@@ -149,6 +165,7 @@ def _book_note(scores, d_k: int) -> list[str]:
 
 # --- the graph view: the same computation on the edge list, one row per edge ------------------------
 
+
 def edge_messages(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, scale: float | None = None) -> dict:
     """Attention on an edge list with every per-edge quantity named (the library's thesis, printed).
 
@@ -186,8 +203,15 @@ def edge_messages(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor,
     output, alpha = attention(query, key, value, edge_index, scale=scale, need_weights=True)  # (L, H, D_v), (E, H)
     message = alpha[..., None] * value[src]  # (E, H, 1) * (E, H, D_v) -> (E, H, D_v)
     summed = torch.zeros_like(output).index_add_(0, dst, message)  # (L, H, D_v): sum over the edges into i
-    return dict(edge_index=edge_index, score=score, scaled=score * scale, alpha=alpha, message=message,
-                output=output, summed=summed)
+    return dict(
+        edge_index=edge_index,
+        score=score,
+        scaled=score * scale,
+        alpha=alpha,
+        message=message,
+        output=output,
+        summed=summed,
+    )
 
 
 def edge_table(messages: dict, head: int = 0) -> list[dict]:
@@ -201,10 +225,16 @@ def edge_table(messages: dict, head: int = 0) -> list[dict]:
         ``pandas.DataFrame``.
     """
     ei = messages["edge_index"]
-    return [{"j -> i": f"{j} -> {i}", "q·k": messages["score"][e, head].item(),
-             "scaled": messages["scaled"][e, head].item(), "alpha": messages["alpha"][e, head].item(),
-             "alpha·v_j": messages["message"][e, head].tolist()}
-            for e, (j, i) in enumerate(ei.T.tolist())]
+    return [
+        {
+            "j -> i": f"{j} -> {i}",
+            "q·k": messages["score"][e, head].item(),
+            "scaled": messages["scaled"][e, head].item(),
+            "alpha": messages["alpha"][e, head].item(),
+            "alpha·v_j": messages["message"][e, head].tolist(),
+        }
+        for e, (j, i) in enumerate(ei.T.tolist())
+    ]
 
 
 def graph_lines(st, edge_index: Tensor, decimals: int, max_rows: int = 64, node: int | None = None) -> list[str]:
@@ -225,16 +255,20 @@ def graph_lines(st, edge_index: Tensor, decimals: int, max_rows: int = 64, node:
     expo = m["scaled"][:, 0].exp()  # (E,) exp(scaled score) per edge
     norm = torch.zeros(q.size(0), dtype=expo.dtype).index_add_(0, dst, expo)  # (L,) Z_i = sum over edges into i
     d, w = decimals, decimals + 4
-    lines = ["", "As a graph: the same computation on the edge list, one row per edge j -> i",
-             f"(row 0 of edge_index = source = key j, row 1 = target = query i; E = {len(rows)} edges;",
-             " Z_i = sum of exp(scaled) over the edges into i, alpha = exp(scaled) / Z_i: the softmax per target)",
-             f"    {'j -> i':>8}  {'q.k':>{w}}  {'scaled':>{w}}  {'exp':>{w}}  {'Z_i':>{w}}  {'alpha':>{w}}"
-             "  alpha * v_j"]
+    lines = [
+        "",
+        "As a graph: the same computation on the edge list, one row per edge j -> i",
+        f"(row 0 of edge_index = source = key j, row 1 = target = query i; E = {len(rows)} edges;",
+        " Z_i = sum of exp(scaled) over the edges into i, alpha = exp(scaled) / Z_i: the softmax per target)",
+        f"    {'j -> i':>8}  {'q.k':>{w}}  {'scaled':>{w}}  {'exp':>{w}}  {'Z_i':>{w}}  {'alpha':>{w}}  alpha * v_j",
+    ]
     shown = [e for e, r in enumerate(rows) if len(rows) <= max_rows or r["j -> i"].endswith(f"-> {node}")]
     for e in shown:
         r, z = rows[e], norm[dst[e]].item()
-        lines += [f"    {r['j -> i']:>8}  {r['q·k']:{w}.{d}f}  {r['scaled']:{w}.{d}f}  {expo[e].item():{w}.{d}f}  "
-                  f"{z:{w}.{d}f}  {r['alpha']:{w}.{d}f}  " + _fmt(torch.tensor(r["alpha·v_j"]), d)]
+        lines += [
+            f"    {r['j -> i']:>8}  {r['q·k']:{w}.{d}f}  {r['scaled']:{w}.{d}f}  {expo[e].item():{w}.{d}f}  "
+            f"{z:{w}.{d}f}  {r['alpha']:{w}.{d}f}  " + _fmt(torch.tensor(r["alpha·v_j"]), d)
+        ]
     if len(shown) < len(rows):
         lines += [f"    ({len(rows) - len(shown)} more edges into the other queries not shown)"]
     incoming = dst == node  # (E,)
@@ -244,8 +278,10 @@ def graph_lines(st, edge_index: Tensor, decimals: int, max_rows: int = 64, node:
     alpha_sum = m["alpha"][incoming, 0].sum().item()
     terms = " + ".join(f"{x:.{d}f}" for x in expo[incoming].tolist())
     same = torch.allclose(summed, y, atol=1e-12) and torch.allclose(m["output"][:, 0], st.output, atol=1e-12)
-    lines += [f"node i = {node}: {int(incoming.sum())} incoming edges, Z_{node} = {terms} = {norm[node].item():.{d}f}, "
-              f"alphas sum to {alpha_sum:.{d}f}",
-              f"   sum of its messages alpha_ij v_j = {_fmt(summed, d)}",
-              f"   output row y_{node} of step 6    = {_fmt(y, d)}   equal: {same}"]
+    lines += [
+        f"node i = {node}: {int(incoming.sum())} incoming edges, Z_{node} = {terms} = {norm[node].item():.{d}f}, "
+        f"alphas sum to {alpha_sum:.{d}f}",
+        f"   sum of its messages alpha_ij v_j = {_fmt(summed, d)}",
+        f"   output row y_{node} of step 6    = {_fmt(y, d)}   equal: {same}",
+    ]
     return lines

@@ -12,12 +12,22 @@ from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops
-from graphattn.routing import attend, copy_weights, project, resolve, use_propagate
 from graphattn.graphs import check_edge_index
-from graphattn.validate import (check_bool, check_choice, check_features, check_fits_memory, check_int,
-                                check_not_jit, check_probability, check_tensor, message)
+from graphattn.routing import attend, copy_weights, project, resolve, use_propagate
+from graphattn.validate import (
+    check_bool,
+    check_choice,
+    check_features,
+    check_fits_memory,
+    check_int,
+    check_not_jit,
+    check_probability,
+    check_tensor,
+    message,
+)
 
 __all__ = ["TransformerConv"]
+
 
 def _finite_edge_terms(edge_attr: Tensor, bias: Tensor) -> bool:
     """Whether the fast path's edge terms are usable: ``edge_attr`` finite and the score bias free of NaN and
@@ -148,13 +158,26 @@ class TransformerConv(MessagePassing):
     torch.Size([3, 16])
     """
 
-    def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True, beta: bool = False,
-                 dropout: float = 0.0, edge_dim: int | None = None, bias: bool = True, root_weight: bool = True,
-                 impl: str = "auto", pyg_dropout: bool = False, **kwargs):
+    def __init__(
+        self,
+        in_channels,
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        beta: bool = False,
+        dropout: float = 0.0,
+        edge_dim: int | None = None,
+        bias: bool = True,
+        root_weight: bool = True,
+        impl: str = "auto",
+        pyg_dropout: bool = False,
+        **kwargs,
+    ):
         kwargs.setdefault("aggr", "add")
         if kwargs.setdefault("flow", "source_to_target") != "source_to_target":
-            raise ValueError(message("flow", "'source_to_target' for attention (row 0 = source j = key)",
-                                     kwargs["flow"]))
+            raise ValueError(
+                message("flow", "'source_to_target' for attention (row 0 = source j = key)", kwargs["flow"])
+            )
         super().__init__(node_dim=0, **kwargs)
         self._alpha: Tensor | None = None  # PyG's: the weights before dropout, set only while propagate runs
         pair = (in_channels, in_channels) if not isinstance(in_channels, (tuple, list)) else tuple(in_channels)
@@ -173,13 +196,19 @@ class TransformerConv(MessagePassing):
         self.pyg_dropout = check_bool("pyg_dropout", pyg_dropout)
         bias = check_bool("bias", bias)
         width = heads * out_channels
-        sizes = {"in_channels": max(f_src, f_dst, 1), "out_channels": out_channels, "heads": heads,
-                 "edge_dim": edge_dim or 0}
+        sizes = {
+            "in_channels": max(f_src, f_dst, 1),
+            "out_channels": out_channels,
+            "heads": heads,
+            "edge_dim": edge_dim or 0,
+        }
         largest = max(sizes, key=sizes.get)
-        check_fits_memory(largest, {"in_channels": in_channels, "out_channels": out_channels, "heads": heads,
-                                    "edge_dim": edge_dim}[largest],
-                          width * (2 * max(f_src, 1) + 2 * max(f_dst, 1) + (edge_dim or 0) + 3),
-                          torch.get_default_dtype().itemsize)  # lin_key, lin_value, lin_query, lin_skip, lin_edge
+        check_fits_memory(
+            largest,
+            {"in_channels": in_channels, "out_channels": out_channels, "heads": heads, "edge_dim": edge_dim}[largest],
+            width * (2 * max(f_src, 1) + 2 * max(f_dst, 1) + (edge_dim or 0) + 3),
+            torch.get_default_dtype().itemsize,
+        )  # lin_key, lin_value, lin_query, lin_skip, lin_edge
         self.lin_key = Linear(f_src, width, bias=bias)
         self.lin_query = Linear(f_dst, width, bias=bias)
         self.lin_value = Linear(f_src, width, bias=bias)
@@ -196,8 +225,16 @@ class TransformerConv(MessagePassing):
             if lin is not None:
                 lin.reset_parameters()
 
-    def forward(self, x, edge_index, edge_attr: Tensor | None = None, return_attention_weights: bool | None = None,
-                *, size=None, batch: Tensor | None = None):
+    def forward(
+        self,
+        x,
+        edge_index,
+        edge_attr: Tensor | None = None,
+        return_attention_weights: bool | None = None,
+        *,
+        size=None,
+        batch: Tensor | None = None,
+    ):
         """Attend along the edges into each target, add the root term.
 
         Parameters
@@ -235,8 +272,11 @@ class TransformerConv(MessagePassing):
         need_weights = return_attention_weights is not None  # PyG 2.8: any bool, also False
         x_src, x_dst = self._features(x)
         S, L = x_src.size(0), x_dst.size(0)
-        slow = use_propagate(self, edge_index, batch) or not isinstance(self.aggr_module, SumAggregation) or (
-            self.pyg_dropout and self.training and self.dropout > 0.0)
+        slow = (
+            use_propagate(self, edge_index, batch)
+            or not isinstance(self.aggr_module, SumAggregation)
+            or (self.pyg_dropout and self.training and self.dropout > 0.0)
+        )
         edge_index, plain, values = resolve(edge_index, size, batch, S, L, slow or need_weights, x_dst.device)
         if edge_attr is None and values is not None and values.dim() > 1:
             edge_attr = values
@@ -274,8 +314,14 @@ class TransformerConv(MessagePassing):
         elif isinstance(x, (tuple, list)) and len(x) == 2:
             x_src, x_dst = x
             if x_dst is None:
-                raise ValueError(message("x", "a Tensor or a pair (x_src, x_dst) with target features",
-                                         "(x_src, None)", "TransformerConv's queries are the targets' features"))
+                raise ValueError(
+                    message(
+                        "x",
+                        "a Tensor or a pair (x_src, x_dst) with target features",
+                        "(x_src, None)",
+                        "TransformerConv's queries are the targets' features",
+                    )
+                )
         else:
             raise TypeError(message("x", "a Tensor or a pair (x_src, x_dst)", type(x).__name__))
         one = x_src is x_dst
@@ -288,28 +334,44 @@ class TransformerConv(MessagePassing):
         if self.lin_edge is None:
             if edge_attr is not None:
                 got = f"shape {tuple(edge_attr.shape)}" if isinstance(edge_attr, Tensor) else type(edge_attr).__name__
-                raise ValueError(message("edge_attr", "None for a layer built without edge_dim", got,
-                                         "pass edge_dim=F_e"))
+                raise ValueError(
+                    message("edge_attr", "None for a layer built without edge_dim", got, "pass edge_dim=F_e")
+                )
             return None
         if edge_attr is None:
             raise ValueError(message("edge_attr", f"a Tensor of shape (E, {self.edge_dim}) (edge_dim is set)", None))
         if not isinstance(edge_index, Tensor):
-            raise ValueError(message("edge_index", "an edge list with 'edge_attr'", "a pattern",
-                                     "build its edges: pattern.edge_index(L, S)"))
+            raise ValueError(
+                message(
+                    "edge_index",
+                    "an edge list with 'edge_attr'",
+                    "a pattern",
+                    "build its edges: pattern.edge_index(L, S)",
+                )
+            )
         E = edge_index.size(1) if edge_index.dim() == 2 else -1
         check_tensor("edge_attr", edge_attr, dim=2, shape_text=f"(E, {self.edge_dim})", floating=True)
         check_features("edge_attr", edge_attr, self.lin_edge.weight)  # width and dtype
         if edge_attr.shape != (E, self.edge_dim):
-            raise ValueError(message("edge_attr", f"of shape (E, F_e) = {(E, self.edge_dim)}",
-                                     f"shape {tuple(edge_attr.shape)}"))
+            raise ValueError(
+                message("edge_attr", f"of shape (E, F_e) = {(E, self.edge_dim)}", f"shape {tuple(edge_attr.shape)}")
+            )
         return edge_attr
 
     def _attend(self, query, key, value, edge_index, edge_attr, batch, need_weights):
         """The fast path: :func:`graphattn.attention`, edge terms without ``(E, H, D)`` node copies."""
         L, H, C = query.shape
         if edge_attr is None:
-            return attend(query, key, value, edge_index, batch, dropout=self.dropout, training=self.training,
-                          need_weights=need_weights)  # (L, H, D), (E, H) or None
+            return attend(
+                query,
+                key,
+                value,
+                edge_index,
+                batch,
+                dropout=self.dropout,
+                training=self.training,
+                need_weights=need_weights,
+            )  # (L, H, D), (E, H) or None
         if not torch.compiler.is_compiling():  # reads the indices on the host (the operator checks them when traced)
             check_edge_index(edge_index, key.size(0), L)
         w_edge = self.lin_edge.weight.view(H, C, self.edge_dim)  # (H, D, F_e)
@@ -319,8 +381,16 @@ class TransformerConv(MessagePassing):
         if not torch.compiler.is_compiling() and not _finite_edge_terms(edge_attr, bias):
             # NaN/inf edge features (or scores overflowing): PyG's own computation, NaN only in the rows they reach
             return self._propagate(query, key, value, edge_index, edge_attr, (key.size(0), L))
-        out, alpha = ops.attention(query, key, value, edge_index, edge_bias=bias, dropout=self.dropout,
-                                   training=self.training, need_weights=True)  # (L, H, D), (E, H)
+        out, alpha = ops.attention(
+            query,
+            key,
+            value,
+            edge_index,
+            edge_bias=bias,
+            dropout=self.dropout,
+            training=self.training,
+            need_weights=True,
+        )  # (L, H, D), (E, H)
         terms = alpha.unsqueeze(-1) * edge_attr.unsqueeze(1)  # (E, H, 1) * (E, 1, F_e) -> (E, H, F_e)
         summed = terms.new_zeros(L, H, self.edge_dim).index_add_(0, src_dst, terms)  # (L, H, F_e)
         out = out + torch.einsum("lhf,hdf->lhd", summed, w_edge)  # (L, H, D): W_6 sum_j alpha_ij e_ij
@@ -345,8 +415,9 @@ class TransformerConv(MessagePassing):
             self._alpha = None  # PyG resets it after propagate
         return out, alpha
 
-    def edge_update(self, query_i: Tensor, key_j: Tensor, edge_emb: Tensor | None, index: Tensor,
-                    size_i: int) -> Tensor:
+    def edge_update(
+        self, query_i: Tensor, key_j: Tensor, edge_emb: Tensor | None, index: Tensor, size_i: int
+    ) -> Tensor:
         if edge_emb is not None:
             key_j = key_j + edge_emb  # (E, H, D)
         score = (query_i * key_j).sum(dim=-1) / math.sqrt(query_i.size(-1))  # (E, H, D) · (E, H, D) -> (E, H)
@@ -368,9 +439,18 @@ class TransformerConv(MessagePassing):
     # -- torch_geometric.nn.TransformerConv interop -------------------------------------------------
 
     def _constructor_args(self) -> dict:
-        return dict(in_channels=self.in_channels, out_channels=self.out_channels, heads=self.heads,
-                    concat=self.concat, beta=self.beta, dropout=self.dropout, edge_dim=self.edge_dim,
-                    bias=self.lin_key.bias is not None, root_weight=self.root_weight, aggr=_aggr(self))
+        return dict(
+            in_channels=self.in_channels,
+            out_channels=self.out_channels,
+            heads=self.heads,
+            concat=self.concat,
+            beta=self.beta,
+            dropout=self.dropout,
+            edge_dim=self.edge_dim,
+            bias=self.lin_key.bias is not None,
+            root_weight=self.root_weight,
+            aggr=_aggr(self),
+        )
 
     @classmethod
     def from_transformer_conv(cls, conv, impl: str = "auto", pyg_dropout: bool = False) -> TransformerConv:
@@ -390,10 +470,21 @@ class TransformerConv(MessagePassing):
 
         if not isinstance(conv, PyGTransformerConv):
             raise TypeError(message("conv", "a torch_geometric.nn.TransformerConv", type(conv).__name__))
-        layer = cls(conv.in_channels, conv.out_channels, heads=conv.heads, concat=conv.concat, beta=conv.beta,
-                    dropout=conv.dropout, edge_dim=conv.edge_dim, bias=conv.lin_key.bias is not None,
-                    root_weight=conv.root_weight, impl=impl, pyg_dropout=pyg_dropout, aggr=_aggr(conv),
-                    flow=conv.flow)
+        layer = cls(
+            conv.in_channels,
+            conv.out_channels,
+            heads=conv.heads,
+            concat=conv.concat,
+            beta=conv.beta,
+            dropout=conv.dropout,
+            edge_dim=conv.edge_dim,
+            bias=conv.lin_key.bias is not None,
+            root_weight=conv.root_weight,
+            impl=impl,
+            pyg_dropout=pyg_dropout,
+            aggr=_aggr(conv),
+            flow=conv.flow,
+        )
         return copy_weights(conv, layer)
 
     def to_transformer_conv(self):

@@ -20,10 +20,22 @@ import operator
 import torch
 from torch import Tensor
 
-__all__ = ["message", "as_int", "check_int", "check_float", "check_probability", "check_tensor",
-           "check_choice", "check_bool", "check_features", "check_fits_memory", "check_not_jit", "MAX_INDEX"]
+__all__ = [
+    "message",
+    "as_int",
+    "check_int",
+    "check_float",
+    "check_probability",
+    "check_tensor",
+    "check_choice",
+    "check_bool",
+    "check_features",
+    "check_fits_memory",
+    "check_not_jit",
+    "MAX_INDEX",
+]
 
-MAX_INDEX = 2 ** 62  # largest size or index any entry accepts: products of two stay far from int64 overflow
+MAX_INDEX = 2**62  # largest size or index any entry accepts: products of two stay far from int64 overflow
 
 
 def message(name: str, expected: str, got, fix: str = "") -> str:
@@ -57,7 +69,8 @@ def _range_text(low, high, kind: str) -> str:
     if high is not None:
         return f"{kind} <= {high}"
     return {None: kind, 0: f"a non-negative {kind.split()[-1]}", 1: f"a positive {kind.split()[-1]}"}.get(
-        low, f"{kind} >= {low}")
+        low, f"{kind} >= {low}"
+    )
 
 
 def check_int(name: str, value, low: int | None = 0, high: int | None = MAX_INDEX) -> int:
@@ -80,14 +93,24 @@ def check_int(name: str, value, low: int | None = 0, high: int | None = MAX_INDE
     return number
 
 
-def check_float(name: str, value, low: float | None = None, high: float | None = None, *,
-                low_open: bool = False, high_open: bool = False) -> float:
+def check_float(
+    name: str,
+    value,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """Return ``value`` as a finite float within the given bounds (open or closed)."""
     lo = "" if low is None else ("(" if low_open else "[") + f"{low}, "
     hi = "" if high is None else f"{high}" + (")" if high_open else "]")
     what = "a finite float" + (f" in {lo or '(-inf, '}{hi or 'inf)'}" if (low is not None or high is not None) else "")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not (
-            isinstance(value, Tensor) and value.numel() == 1 and value.is_floating_point()):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        and not (isinstance(value, Tensor) and value.numel() == 1 and value.is_floating_point())
+    ):
         try:
             import numpy as np
 
@@ -124,8 +147,15 @@ def check_choice(name: str, value, choices) -> object:
     return value
 
 
-def check_tensor(name: str, value, *, dim: int | tuple[int, ...] | None = None, shape_text: str = "",
-                 floating: bool | None = None, dtype: torch.dtype | None = None) -> Tensor:
+def check_tensor(
+    name: str,
+    value,
+    *,
+    dim: int | tuple[int, ...] | None = None,
+    shape_text: str = "",
+    floating: bool | None = None,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
     """Validate a tensor argument: type, number of dimensions, floating point or an exact dtype.
 
     ``shape_text`` (e.g. ``"(L, H, D)"``) is what the message says was expected.
@@ -163,8 +193,14 @@ def check_features(name: str, value, weight: Tensor, fix: str = "") -> Tensor:
     if value.size(1) != weight.size(-1):
         raise ValueError(message(name, f"of shape (n, {weight.size(-1)})", f"shape {tuple(value.shape)}", fix))
     if value.dtype != weight.dtype:
-        raise TypeError(message(name, f"of the layer's dtype {weight.dtype}", value.dtype,
-                                f"convert one of them, e.g. conv.to({value.dtype})"))
+        raise TypeError(
+            message(
+                name,
+                f"of the layer's dtype {weight.dtype}",
+                value.dtype,
+                f"convert one of them, e.g. conv.to({value.dtype})",
+            )
+        )
     return value
 
 
@@ -190,8 +226,14 @@ def check_fits_memory(name: str, value, numel: int, itemsize: int = 4) -> None:
     """
     limit = _memory_bytes()
     if limit is not None and numel * itemsize > limit:
-        raise ValueError(message(name, f"small enough to allocate (its {numel} elements take {numel * itemsize} "
-                                       f"bytes; this machine has {limit})", repr(value)))
+        raise ValueError(
+            message(
+                name,
+                f"small enough to allocate (its {numel} elements take {numel * itemsize} "
+                f"bytes; this machine has {limit})",
+                repr(value),
+            )
+        )
 
 
 def check_not_jit(module, how: str) -> None:
@@ -205,4 +247,5 @@ def check_not_jit(module, how: str) -> None:
         raise NotImplementedError(
             f"{type(module).__name__} does not support torch.jit.{how} (it picks kernels and caches graph "
             "structure in Python, which TorchScript cannot compile or would freeze for one graph); use "
-            "torch.compile(layer) or torch.export.export(layer, args), which trace its propagate path")
+            "torch.compile(layer) or torch.export.export(layer, args), which trace its propagate path"
+        )

@@ -43,8 +43,10 @@ def _seed():
 # Other slow tests carry `@pytest.mark.slow` themselves.
 SLOW_FILES = {"test_examples.py", "test_ddp.py", "test_gpu_check.py"}
 SLOW_TESTS = {  # file::test name (any parametrisation)
-    "test_notebooks.py::test_executes", "test_notebooks.py::test_notebook_2_is_reproducible",
-    "test_cli.py::test_console_script_is_installed", "test_cli.py::test_commands_import_no_heavy_module_and_the_core_no_command",
+    "test_notebooks.py::test_executes",
+    "test_notebooks.py::test_notebook_2_is_reproducible",
+    "test_cli.py::test_console_script_is_installed",
+    "test_cli.py::test_commands_import_no_heavy_module_and_the_core_no_command",
     "test_repository.py::test_import_graphattn_loads_nothing_heavy",
     "test_hf.py::test_import_registers_nothing_and_unregistered_loading_fails_in_transformers",
 }
@@ -60,9 +62,14 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Say how many tests were skipped for want of a CUDA device, so CI's output shows what never ran."""
-    reasons = [report.longrepr[2] for report in terminalreporter.stats.get("skipped", [])
-               if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3]
+    reasons = [
+        report.longrepr[2]
+        for report in terminalreporter.stats.get("skipped", [])
+        if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3
+    ]
     cuda = [reason for reason in reasons if "CUDA" in reason or "cuda" in reason]
     if cuda and not torch.cuda.is_available():
-        terminalreporter.write_line(f"{len(cuda)} CUDA tests skipped: no CUDA device (run the suite on a GPU "
-                                    f"machine to exercise them)", yellow=True)
+        terminalreporter.write_line(
+            f"{len(cuda)} CUDA tests skipped: no CUDA device (run the suite on a GPU machine to exercise them)",
+            yellow=True,
+        )

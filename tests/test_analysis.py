@@ -23,6 +23,7 @@ def _causal_weights(heads, n, generator=None):
 
 # ---------------------------------------------------------------------------- to_networkx
 
+
 def test_to_networkx_keeps_isolated_nodes_zero_weights_and_tokens():
     """Known answers: every node kept, zero-weight edges kept, Python float weights, tokens stored."""
     edge_index = torch.tensor([[0, 1, 0], [0, 1, 1]])  # node 2 has no edges
@@ -80,6 +81,7 @@ def test_to_networkx_errors():
 
 # ---------------------------------------------------------------------------- hubs
 
+
 def test_attention_received_is_column_sum():
     """Reference: the column sums of the dense head-averaged weights; N queries give N in all."""
     dense, edge_index, alpha = _causal_weights(3, 6)
@@ -113,6 +115,7 @@ def test_pagerank_matches_linear_solve():
 
 
 # ---------------------------------------------------------------------------- rollout and flow
+
 
 def _rownorm_residual(a):
     a = 0.5 * (a + torch.eye(a.size(-1), dtype=a.dtype))
@@ -183,6 +186,7 @@ def test_flow_refuses_long_inputs():
 
 # ---------------------------------------------------------------------------- per-head summaries
 
+
 def test_self_share_and_distance_against_dense():
     """Reference: the dense diagonal mean and the dense sum of alpha_ij |i - j|."""
     g = torch.Generator().manual_seed(2)
@@ -217,8 +221,9 @@ def test_mean_cosine_similarity_known_answers():
     assert analysis.mean_cosine_similarity(torch.eye(5)) == pytest.approx(0.0)
     assert analysis.mean_cosine_similarity(torch.tensor([[1.0, 2.0], [-1.0, -2.0]])) == pytest.approx(-1.0)
     x = torch.randn(7, 5, dtype=torch.float64)
-    pairs = [torch.nn.functional.cosine_similarity(x[i], x[j], dim=0).item()
-             for i in range(7) for j in range(7) if i != j]
+    pairs = [
+        torch.nn.functional.cosine_similarity(x[i], x[j], dim=0).item() for i in range(7) for j in range(7) if i != j
+    ]
     assert analysis.mean_cosine_similarity(x) == pytest.approx(float(np.mean(pairs)), abs=1e-12)
     with pytest.raises(ValueError, match="zero rows"):
         analysis.mean_cosine_similarity(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
@@ -229,13 +234,13 @@ def test_mean_cosine_similarity_known_answers():
     # rows near the ends of the float64 range: the same directions, the same answer (no overflow to 0)
     huge = torch.tensor([[1e300, 1e300], [3e300, 0.0]], dtype=torch.float64)
     tiny = torch.tensor([[1e-300, 1e-300], [3e-300, 0.0]], dtype=torch.float64)
-    assert analysis.mean_cosine_similarity(huge) == analysis.mean_cosine_similarity(tiny) == pytest.approx(0.5 ** 0.5)
+    assert analysis.mean_cosine_similarity(huge) == analysis.mean_cosine_similarity(tiny) == pytest.approx(0.5**0.5)
 
 
 def test_smoothing_per_layer():
     """Known answers per layer: orthogonal 0, 45 degrees 1/sqrt(2), identical 1."""
     states = [torch.eye(4), torch.tensor([[1.0, 0.0], [1.0, 1.0]]), torch.ones(3, 5)]
-    assert analysis.smoothing_per_layer(states) == pytest.approx([0.0, 1 / 2 ** 0.5, 1.0])
+    assert analysis.smoothing_per_layer(states) == pytest.approx([0.0, 1 / 2**0.5, 1.0])
 
 
 def test_rollout_and_flow_refuse_bad_layers_naming_them():

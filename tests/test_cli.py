@@ -73,8 +73,20 @@ def test_user_errors_become_one_line(monkeypatch, capsys, tmp_path):
         (["explain", "a b", "--token", "a", "--layer", "-1"], "Expected '--layer' to be an int in [0, 1000000]"),
         (["prune", "--nope"], "unrecognized arguments: --nope"),
     ],
-    ids=["pattern", "size", "huge-size", "repeats", "nan-budget", "bench-threads", "limit0", "prune-threads",
-         "huge-length", "steps-length", "explain-layer", "unknown-option"],
+    ids=[
+        "pattern",
+        "size",
+        "huge-size",
+        "repeats",
+        "nan-budget",
+        "bench-threads",
+        "limit0",
+        "prune-threads",
+        "huge-length",
+        "steps-length",
+        "explain-layer",
+        "unknown-option",
+    ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys):
     assert cli.main(argv) == 2
@@ -94,20 +106,24 @@ def test_bench_refuses_a_device_it_cannot_use_before_measuring(device, capsys, m
 
 
 def test_commands_import_no_heavy_module_and_the_core_no_command():
-    code = ("import sys; import graphattn, graphattn.prune, graphattn.interop, graphattn.steps; "
-            "core = sorted(m for m in sys.modules if m.startswith(('graphattn.cli', 'graphattn.bench'))); "
-            "import graphattn.cli as c; c.build_parser(); "
-            "print(core, sorted(m for m in ('matplotlib',) if m in sys.modules))")
+    code = (
+        "import sys; import graphattn, graphattn.prune, graphattn.interop, graphattn.steps; "
+        "core = sorted(m for m in sys.modules if m.startswith(('graphattn.cli', 'graphattn.bench'))); "
+        "import graphattn.cli as c; c.build_parser(); "
+        "print(core, sorted(m for m in ('matplotlib',) if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[] []"
 
 
-@pytest.mark.parametrize("command", [["bench"], ["prune"], ["explain", "a b", "--token", "a"]],
-                         ids=["bench", "prune", "explain"])
+@pytest.mark.parametrize(
+    "command", [["bench"], ["prune"], ["explain", "a b", "--token", "a"]], ids=["bench", "prune", "explain"]
+)
 @pytest.mark.parametrize("where", ["under_a_file", "is_a_file"])
-def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(command, where, tmp_path, capsys,
-                                                                           monkeypatch):
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(
+    command, where, tmp_path, capsys, monkeypatch
+):
     """``--out`` under a file (or a file itself) used to fail with a raw OSError after the whole run."""
     from graphattn import bench, prune
     from graphattn.interop import explain

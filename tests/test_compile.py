@@ -53,9 +53,11 @@ def _grads(module, x, fn):
     return out.detach(), [x.grad] + [p.grad.clone() for p in module.parameters() if p.grad is not None]
 
 
-LAYERS = [pytest.param(lambda: ga.TransformerConv(16, 4, heads=4), id="TransformerConv"),
-          pytest.param(lambda: ga.TransformerConv(16, 4, heads=4, edge_dim=3, beta=True), id="TransformerConv-edge_attr"),
-          pytest.param(lambda: ga.AttentionConv(16, 16, heads=4), id="AttentionConv")]
+LAYERS = [
+    pytest.param(lambda: ga.TransformerConv(16, 4, heads=4), id="TransformerConv"),
+    pytest.param(lambda: ga.TransformerConv(16, 4, heads=4, edge_dim=3, beta=True), id="TransformerConv-edge_attr"),
+    pytest.param(lambda: ga.AttentionConv(16, 16, heads=4), id="AttentionConv"),
+]
 
 
 @pytest.mark.parametrize("make", LAYERS)
@@ -63,8 +65,11 @@ def test_compiled_layer_runs_the_operators_and_equals_eager(make):
     torch.manual_seed(0)
     conv = _no_propagate(make().double())
     x, edge_index = torch.randn(40, 16, dtype=torch.float64), _graph()
-    args = (torch.randn(edge_index.size(1), 3, dtype=torch.float64),) if conv.__class__ is ga.TransformerConv \
-        and conv.lin_edge is not None else ()
+    args = (
+        (torch.randn(edge_index.size(1), 3, dtype=torch.float64),)
+        if conv.__class__ is ga.TransformerConv and conv.lin_edge is not None
+        else ()
+    )
     backend, graphs = _recording()
     compiled = torch.compile(conv, fullgraph=True, backend=backend)
     got = _grads(conv, x, lambda x: compiled(x, edge_index, *args))
@@ -185,11 +190,18 @@ def test_attention_conv_gradient_penalty_equals_message_passing(graph):
     slow = ga.AttentionConv(16, 16, heads=4, impl="message_passing").double()
     slow.load_state_dict(fast.state_dict())
     x, batch = torch.randn(21, 16, dtype=torch.float64), torch.tensor([0] * 5 + [1] * 9 + [2] * 7)
-    edges = {"edges": _graph(21, 4), "full": patterns.full().edge_index(21), "causal": patterns.causal().edge_index(21),
-             "batch": ga.graphs.batch_sequences(torch.tensor([5, 9, 7]), patterns.full())[0]}[graph]
-    call = {"edges": lambda c, x: c(x, edges), "full": lambda c, x: c(x, patterns.full()),
-            "causal": lambda c, x: c(x, patterns.causal()),
-            "batch": lambda c, x: c(x, patterns.full(), batch=batch)}[graph]
+    edges = {
+        "edges": _graph(21, 4),
+        "full": patterns.full().edge_index(21),
+        "causal": patterns.causal().edge_index(21),
+        "batch": ga.graphs.batch_sequences(torch.tensor([5, 9, 7]), patterns.full())[0],
+    }[graph]
+    call = {
+        "edges": lambda c, x: c(x, edges),
+        "full": lambda c, x: c(x, patterns.full()),
+        "causal": lambda c, x: c(x, patterns.causal()),
+        "batch": lambda c, x: c(x, patterns.full(), batch=batch),
+    }[graph]
     got = _penalty(fast, x, lambda x: call(fast, x))
     want = _penalty(slow, x, lambda x: slow(x, edges))
     for a, b in zip(got, want):

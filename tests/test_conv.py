@@ -52,9 +52,16 @@ def test_complete_graph_equals_multihead_attention(L, dtype, batch_first, impl):
     assert_close(x_conv.grad, x_ref.grad)
     w_q, w_k, w_v = mha.in_proj_weight.grad.chunk(3)
     b_q, b_k, b_v = mha.in_proj_bias.grad.chunk(3)
-    for got, want in [(conv.lin_query.weight, w_q), (conv.lin_key.weight, w_k), (conv.lin_value.weight, w_v),
-                      (conv.lin_query.bias, b_q), (conv.lin_key.bias, b_k), (conv.lin_value.bias, b_v),
-                      (conv.lin_out.weight, mha.out_proj.weight.grad), (conv.lin_out.bias, mha.out_proj.bias.grad)]:
+    for got, want in [
+        (conv.lin_query.weight, w_q),
+        (conv.lin_key.weight, w_k),
+        (conv.lin_value.weight, w_v),
+        (conv.lin_query.bias, b_q),
+        (conv.lin_key.bias, b_k),
+        (conv.lin_value.bias, b_v),
+        (conv.lin_out.weight, mha.out_proj.weight.grad),
+        (conv.lin_out.bias, mha.out_proj.bias.grad),
+    ]:
         assert_close(got.grad, want)
 
 
@@ -89,8 +96,10 @@ def test_causal_graph_equals_the_three_causal_forms(dtype, impl):
     q, k, v = conv._project(x)  # (L, H, D) each
     q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # (H, L, D)
     lower = torch.ones(L, L, dtype=torch.bool).tril()  # True = may attend
-    for ref in (F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                F.scaled_dot_product_attention(q, k, v, attn_mask=lower)):
+    for ref in (
+        F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        F.scaled_dot_product_attention(q, k, v, attn_mask=lower),
+    ):
         assert_close(out, ref.transpose(0, 1).reshape(L, embed))
     full = AttentionConv.from_multihead_attention(mha)
     full.impl = impl
@@ -162,8 +171,14 @@ def _oracle_pair(in_channels, out_channels, heads, dtype):
 
 
 @settings(max_examples=40, deadline=None)
-@given(L=st.integers(1, 12), S=st.integers(1, 12), heads=st.sampled_from([1, 2, 3]),
-       density=st.floats(0.0, 1.0), seed=st.integers(0, 2**16), impl=st.sampled_from(IMPLS))
+@given(
+    L=st.integers(1, 12),
+    S=st.integers(1, 12),
+    heads=st.sampled_from([1, 2, 3]),
+    density=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**16),
+    impl=st.sampled_from(IMPLS),
+)
 def test_random_graphs_equal_the_oracle(L, S, heads, density, seed, impl):
     gen = torch.Generator().manual_seed(seed)
     dtype = torch.float64
@@ -381,8 +396,8 @@ def test_pattern_in_place_of_edge_index(impl):
         (dict(output_projection=1), TypeError, "output_projection"),
         (dict(impl=["auto"]), ValueError, "impl"),
         (dict(in_channels=(4, "4")), TypeError, "in_channels"),
-        (dict(in_channels=2 ** 40), ValueError, "in_channels"),
-        (dict(out_channels=2 ** 40), ValueError, "out_channels"),
+        (dict(in_channels=2**40), ValueError, "in_channels"),
+        (dict(out_channels=2**40), ValueError, "out_channels"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

@@ -55,8 +55,9 @@ def test_pydoc_passages_fit_the_real_tokenizer_and_are_deterministic():
 
 def test_read_passages(tmp_path):
     path = tmp_path / "p.txt"
-    path.write_text("first  passage of words\n\n  second passage of words \nthird\nfirst passage of words\n",
-                    encoding="utf-8")
+    path.write_text(
+        "first  passage of words\n\n  second passage of words \nthird\nfirst passage of words\n", encoding="utf-8"
+    )
     dropped = {}
     assert corpus.read_passages(path, dropped=dropped) == ["first passage of words", "second passage of words"]
     assert dropped == {"duplicates": 1, "too_short": 1}  # the repeat and the one-word line
@@ -92,8 +93,11 @@ def test_clean_passages_drops_repeats_and_short_lines():
 def test_first_sentence_task_pairs_a_head_with_its_rest():
     from graphattn.prune import tasks
 
-    texts = ["One two three. Four five six seven.", "Alone here with nothing",
-             "Eight nine. Ten eleven twelve thirteen."]
+    texts = [
+        "One two three. Four five six seven.",
+        "Alone here with nothing",
+        "Eight nine. Ten eleven twelve thirteen.",
+    ]
     task = tasks.first_sentence(texts)
     assert task.queries == ["One two three.", "Eight nine."]
     assert task.documents == ["Four five six seven.", "Ten eleven twelve thirteen."]

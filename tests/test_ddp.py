@@ -31,8 +31,13 @@ def _shards():
     shards = []
     for _ in range(2):
         edge_index = torch.randint(0, 10, (2, 30), generator=g)
-        shards.append((torch.randn(10, 4, generator=g, dtype=torch.float64), edge_index,
-                       torch.randn(30, 2, generator=g, dtype=torch.float64)))
+        shards.append(
+            (
+                torch.randn(10, 4, generator=g, dtype=torch.float64),
+                edge_index,
+                torch.randn(30, 2, generator=g, dtype=torch.float64),
+            )
+        )
     return shards
 
 
@@ -66,8 +71,13 @@ def test_ddp_gradients_equal_single_process(tmp_path):
     deadlock the children. The subprocess has a time limit, so a hang fails the test instead of CI.
     """
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    run = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(tmp_path)], env=env,
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     torch.manual_seed(0)
     model = Net().double()

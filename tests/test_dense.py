@@ -12,8 +12,9 @@ from graphattn import dense
 
 def _sdpa_reference(steps, mask=None, bias=None, is_causal=False):
     attn_mask = bias if mask is None else (mask if bias is None else bias.masked_fill(~mask, float("-inf")))
-    out = F.scaled_dot_product_attention(steps.queries, steps.keys, steps.values, attn_mask=attn_mask,
-                                         is_causal=is_causal)  # (H, L, D)
+    out = F.scaled_dot_product_attention(
+        steps.queries, steps.keys, steps.values, attn_mask=attn_mask, is_causal=is_causal
+    )  # (H, L, D)
     return out.transpose(0, 1).flatten(-2)  # (L, H*D)
 
 
@@ -79,8 +80,12 @@ def test_dense_attention_module_equals_multihead_attention():
     w_q, w_k, w_v = mha.in_proj_weight.chunk(3)
     b_q, b_k, b_v = mha.in_proj_bias.chunk(3)
     with torch.no_grad():
-        for lin, w, b in ((layer.lin_query, w_q, b_q), (layer.lin_key, w_k, b_k), (layer.lin_value, w_v, b_v),
-                          (layer.lin_out, mha.out_proj.weight, mha.out_proj.bias)):
+        for lin, w, b in (
+            (layer.lin_query, w_q, b_q),
+            (layer.lin_key, w_k, b_k),
+            (layer.lin_value, w_v, b_v),
+            (layer.lin_out, mha.out_proj.weight, mha.out_proj.bias),
+        ):
             lin.weight.copy_(w)
             lin.bias.copy_(b)
     x = torch.randn(7, 6, dtype=torch.float64)
@@ -144,7 +149,9 @@ def test_minus_inf_bias_row_is_zero_and_biases_are_independent():
 
 def test_bad_mask_shape_and_heads():
     """Refusals in validate's template, before any product is taken."""
-    with pytest.raises(ValueError, match=r"'mask' to be broadcastable to \(..., H, L, S\) = \(1, 3, 3\) \(got \(2, 2\)\)"):
+    with pytest.raises(
+        ValueError, match=r"'mask' to be broadcastable to \(..., H, L, S\) = \(1, 3, 3\) \(got \(2, 2\)\)"
+    ):
         dense.six_steps(torch.randn(3, 4), *(torch.eye(4),) * 3, mask=torch.ones(2, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match="heads"):
         dense.six_steps(torch.randn(3, 4), *(torch.eye(4),) * 3, heads=0)

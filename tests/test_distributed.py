@@ -78,8 +78,9 @@ SECOND_ORDER = ("window_2_1", "edge_list")  # second derivatives, checked on 2 p
 def _second_order(q, k, v, bias, graph, grad):
     """Gradients of |dLoss/dk|^2 (create_graph=True through the attention and the exchange's return)."""
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
-    out, _ = (gd.attention if isinstance(graph, gd.ExchangePlan) else ga.attention)(*leaves[:3], graph,
-                                                                                   edge_bias=leaves[3])
+    out, _ = (gd.attention if isinstance(graph, gd.ExchangePlan) else ga.attention)(
+        *leaves[:3], graph, edge_bias=leaves[3]
+    )
     (grad_k,) = torch.autograd.grad((out * grad).sum(), leaves[1], create_graph=True)
     grad_k.square().sum().backward()
     return dict(zip(("q2", "k2", "v2", "bias2"), (t.grad for t in leaves)))
@@ -106,7 +107,7 @@ def _worker(rank, world, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     sizes = SIZES[world]
-    a, b = sum(sizes[:rank]), sum(sizes[:rank + 1])
+    a, b = sum(sizes[:rank]), sum(sizes[: rank + 1])
     results = {}
     for name, graph, with_bias in _cases(world):
         L = sum(sizes)
@@ -117,9 +118,17 @@ def _worker(rank, world, port, out_dir):
         out, alpha = gd.attention(q, k, v, graph, edge_bias=local_bias, need_weights=True)
         again, _ = gd.attention(q, k, v, plan, edge_bias=local_bias)  # the plan reused in place of the graph
         (out * grad[a:b]).sum().backward()
-        results[name] = {"out": out.detach(), "again": again.detach(), "alpha": alpha.detach(),
-                         "edge_ids": plan.edge_ids, "q": q.grad, "k": k.grad, "v": v.grad,
-                         "bias": None if local_bias is None else local_bias.grad, "rows": plan.rows}
+        results[name] = {
+            "out": out.detach(),
+            "again": again.detach(),
+            "alpha": alpha.detach(),
+            "edge_ids": plan.edge_ids,
+            "q": q.grad,
+            "k": k.grad,
+            "v": v.grad,
+            "bias": None if local_bias is None else local_bias.grad,
+            "rows": plan.rows,
+        }
         if world == 2 and name in SECOND_ORDER:
             results[name].update(_second_order(q, k, v, local_bias, plan, grad[a:b]))
     results["conv"] = _conv_block(a, b, L=sum(sizes))
@@ -149,8 +158,14 @@ def test_distributed_equals_one_process(world, tmp_path):
     any torch thread pool exists (as in tests/test_ddp.py), with a time limit.
     """
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    run = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(tmp_path), str(world)], env=env,
-                         capture_output=True, text=True, timeout=240, check=False)
+    run = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), str(tmp_path), str(world)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
     L = sum(SIZES[world])
@@ -183,11 +198,24 @@ def test_distributed_equals_one_process(world, tmp_path):
     assert all("'group'" in r["not_a_member"] for r in ranks[1:])  # a process outside the group: a clear error
 
 
-@pytest.mark.parametrize("pattern", [P.window(3, 3), P.window(None, 2), P.window(2, 2, dilation=2), P.strided(4),
-                                     P.strided(7), P.causal(), P.full(), P.global_tokens([0, 17]),
-                                     P.random(3, seed=2), P.bigbird(block=3, random_blocks=2, seed=1),
-                                     P.window(2, 0) | P.global_tokens([5]) | P.random(1),
-                                     P.fixed(4, 1)], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        P.window(3, 3),
+        P.window(None, 2),
+        P.window(2, 2, dilation=2),
+        P.strided(4),
+        P.strided(7),
+        P.causal(),
+        P.full(),
+        P.global_tokens([0, 17]),
+        P.random(3, seed=2),
+        P.bigbird(block=3, random_blocks=2, seed=1),
+        P.window(2, 0) | P.global_tokens([5]) | P.random(1),
+        P.fixed(4, 1),
+    ],
+    ids=lambda p: p.name,
+)
 def test_pattern_rows_equal_the_plan_from_edges(pattern):
     """The traffic derived from the pattern's parameters equals the one counted on its edge list."""
     for sizes in ([30], [10, 10, 10], [4, 0, 13, 2, 11], [1] * 7):
@@ -226,13 +254,34 @@ def test_example_under_torchrun():
     """examples/context_parallel.py under torchrun: the layer's loss and gradients equal one process's."""
     example = Path(__file__).resolve().parents[1] / "examples" / "context_parallel.py"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                          "--master-port", str(_free_port()), str(example), "--length", "1000", "--window", "64",
-                          "--steps", "2"], env=env, capture_output=True, text=True, timeout=240, check=False)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(_free_port()),
+            str(example),
+            "--length",
+            "1000",
+            "--window",
+            "64",
+            "--steps",
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "rows received per process: [0, 64] (ring attention: [500, 500])" in run.stdout
-    loss_diff, grad_diff = (float(x) for x in re.search(r"loss difference (\S+), largest gradient difference (\S+)",
-                                                        run.stdout).groups())
+    loss_diff, grad_diff = (
+        float(x) for x in re.search(r"loss difference (\S+), largest gradient difference (\S+)", run.stdout).groups()
+    )
     assert loss_diff < 1e-10 and grad_diff < 1e-10
     assert "parameters identical on every process: True" in run.stdout
 
@@ -264,5 +313,4 @@ def test_bad_arguments():
 
 if __name__ == "__main__":  # the ranks, forked from this fresh interpreter (see the test's docstring)
     world = int(sys.argv[2])
-    mp.start_processes(_worker, args=(world, _free_port(), sys.argv[1]), nprocs=world, join=True,
-                       start_method="fork")
+    mp.start_processes(_worker, args=(world, _free_port(), sys.argv[1]), nprocs=world, join=True, start_method="fork")

@@ -12,8 +12,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted(
-    [*ROOT.joinpath("graphattn").rglob("*.py"), *ROOT.joinpath("tests").rglob("*.py"),
-     *ROOT.joinpath("docs").glob("*.md"), ROOT / "pyproject.toml", ROOT / "README.md"]
+    [
+        *ROOT.joinpath("graphattn").rglob("*.py"),
+        *ROOT.joinpath("tests").rglob("*.py"),
+        *ROOT.joinpath("docs").glob("*.md"),
+        ROOT / "pyproject.toml",
+        ROOT / "README.md",
+    ]
 )
 
 

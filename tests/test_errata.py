@@ -1,6 +1,5 @@
 """The errata: every number checked against an independent computation (numpy, or another code path)."""
 
-
 import numpy as np
 import pytest
 import torch
@@ -8,8 +7,15 @@ import torch
 from graphattn import cli
 from graphattn.errata import errata, errata_lines
 
-CLAIMS = ["softmax(2.1", "attention is a fully", "self-attention's score", "filling masked", "masking after",
-          "the encoder", "the diagonal"]
+CLAIMS = [
+    "softmax(2.1",
+    "attention is a fully",
+    "self-attention's score",
+    "filling masked",
+    "masking after",
+    "the encoder",
+    "the diagonal",
+]
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +104,9 @@ def test_diagonal_free_mixed_tied_against_numpy(rows):
         w_q, w_k = (torch.randn(64, 64, generator=gen, dtype=torch.float64).numpy() / 8 for _ in range(2))
         for n, w in enumerate((w_k, 0.7 * w_q + 0.3 * w_k, w_q)):
             shares[n] += np.diag(_softmax((x @ w_q) @ (x @ w).T / 8)).mean() / 200
-    np.testing.assert_allclose([v["random_self_weight"], v["mixed_self_weight"], v["tied_self_weight"]], shares,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        [v["random_self_weight"], v["mixed_self_weight"], v["tied_self_weight"]], shares, atol=1e-12
+    )
     assert abs(shares[0] - 1 / 16) < 0.01 and shares[0] < shares[1] < shares[2]
 
 

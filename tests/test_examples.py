@@ -11,8 +11,9 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _run(script, *args, cwd=None):
-    result = subprocess.run([sys.executable, str(EXAMPLES / script), *map(str, args)], capture_output=True,
-                            text=True, cwd=cwd, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
     return result.returncode, result.stdout, result.stderr
 
 
@@ -59,15 +60,19 @@ def test_export_graphml_round_trip(tmp_path):
 def test_prune_my_text(tmp_path):
     from pydoc_data.topics import topics
 
-    prose = [next(p for p in topics[key].split("\n\n") if len(p.split()) >= 8) for key in ("assert", "break", "continue", "pass")]
+    prose = [
+        next(p for p in topics[key].split("\n\n") if len(p.split()) >= 8)
+        for key in ("assert", "break", "continue", "pass")
+    ]
     lines = [" ".join(p.split())[:300] for p in prose]  # prose paragraphs: grammar lines are dropped as too short
     text = tmp_path / "mine.txt"
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
     main_job = tmp_path / "prune-out"  # graphattn prune's default folder, holding another experiment's results
     main_job.mkdir()
     (main_job / "prune.csv").write_text("the main job's results\n")
-    rc, out, err = _run("prune_my_text.py", text, "--patterns", "window:2", "--limit", 4, "--max-length", 32,
-                        cwd=tmp_path)  # the default --out
+    rc, out, err = _run(
+        "prune_my_text.py", text, "--patterns", "window:2", "--limit", 4, "--max-length", 32, cwd=tmp_path
+    )  # the default --out
     assert rc == 0, err
     assert "oracle(window_2_2)" in out and "PASS" in out
     assert {p.name for p in (tmp_path / "prune-my-text-out").iterdir()} == {"prune.csv", "prune.json", "prune.png"}

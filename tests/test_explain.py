@@ -38,8 +38,11 @@ def test_find_token_pieces_occurrence_and_position():
 
 def test_find_token_refuses_out_of_vocabulary_words():
     tokens = ["[CLS]", "[UNK]", "is", "a", "cat", "[SEP]"]  # 猫 is a cat: 猫 is not in the English vocabulary
-    with pytest.raises(ValueError, match=r"vocabulary \(got '猫'\); the tokenizer turns it into \[UNK\]: "
-                                         r"all-MiniLM-L6-v2 is English-only \(uncased WordPiece\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"vocabulary \(got '猫'\); the tokenizer turns it into \[UNK\]: "
+        r"all-MiniLM-L6-v2 is English-only \(uncased WordPiece\)",
+    ):
         find_token(tokens, "猫", ["[UNK]"])
     assert find_token(tokens, "[UNK]", ["[UNK]"]) == 1  # asked for by name
     assert find_token(tokens, "cat", ["cat"]) == 4
@@ -59,7 +62,11 @@ def test_top_keys_known_answer():
 def test_key_table_and_sentence_names_known_answer():
     values = torch.tensor([[[0.1, 0.2]], [[0.3, 0.4]]])  # (layers 2, keys 1, sentences 2)
     assert key_table("it", ("x", "y"), ["k"], values).splitlines() == [
-        "| layer | it -> k, x | it -> k, y |", "|---|---|---|", "| 0 | 0.100 | 0.200 |", "| 1 | 0.300 | 0.400 |"]
+        "| layer | it -> k, x | it -> k, y |",
+        "|---|---|---|",
+        "| 0 | 0.100 | 0.200 |",
+        "| 1 | 0.300 | 0.400 |",
+    ]
     assert sentence_names(["a", "tired", "."], ["a", "wide", "."]) == ("tired", "wide")
     assert sentence_names(["a"], ["a"]) == ("A", "B")
 
@@ -71,8 +78,15 @@ def test_compare_figure_one_scale_diverging_difference(layers):
     from graphattn.cli.explain import _three_panels
 
     rows = torch.tensor([[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]], [[0.5, 0.4, 0.1], [0.3, 0.3, 0.4]]])  # (2, R 2, N 3)
-    fig = _three_panels(rows, ["r0", "r1"], (["a", "x", "b"], ["a", "y", "b"], ["a", "x/y", "b"]), ("x", "y"),
-                        "q", "test", layers=layers)
+    fig = _three_panels(
+        rows,
+        ["r0", "r1"],
+        (["a", "x", "b"], ["a", "y", "b"], ["a", "x/y", "b"]),
+        ("x", "y"),
+        "q",
+        "test",
+        layers=layers,
+    )
     try:
         images = [ax.images[0] for ax in fig.axes if ax.images]
         assert len(images) == 3
@@ -138,18 +152,27 @@ def test_explain_matches_eager_weights(minilm, eager):
         assert [j for j, _, _ in summary["mean"]] == mean_row.topk(2).indices.tolist()
         assert summary["head"] == int(reference[layer, :, query].max(dim=1).values.argmax())
         top_key = summary["head_top"][0][0]
-        assert summary["head_all_queries"] == pytest.approx(float(reference[layer, summary["head"], :, top_key].mean()),
-                                                            abs=1e-5)
-        assert f"layer {layer}  heads averaged: {summary['mean'][0][1]} {summary['mean'][0][2]:.2f}" \
-            in printed.getvalue()
+        assert summary["head_all_queries"] == pytest.approx(
+            float(reference[layer, summary["head"], :, top_key].mean()), abs=1e-5
+        )
+        assert (
+            f"layer {layer}  heads averaged: {summary['mean'][0][1]} {summary['mean'][0][2]:.2f}" in printed.getvalue()
+        )
     assert result["layer"] == 3 and result["head"] == result["layers"][3]["head"]
 
 
 @pytest.mark.slow
 def test_compare_table_matches_eager_weights(minilm, eager):
     model, tokenizer = minilm
-    result = compare(TIRED, WIDE, "it", keys=["animal", "street", "[CLS]", "the@7"], model=model,
-                     tokenizer=tokenizer, file=io.StringIO())
+    result = compare(
+        TIRED,
+        WIDE,
+        "it",
+        keys=["animal", "street", "[CLS]", "the@7"],
+        model=model,
+        tokenizer=tokenizer,
+        file=io.StringIO(),
+    )
     assert result["names"] == ("tired", "wide")
     for s, text in enumerate((TIRED, WIDE)):
         reference = eager(text)[:, :, 10].mean(dim=1)  # (layers, N): 'it' is token 10, heads averaged
@@ -168,8 +191,9 @@ def test_cli_writes_the_three_pngs(use_minilm, capsys, tmp_path):
     assert cli.main(["explain", TIRED, "--token", "the@7", "--layer", "3", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("'the@7' (token 7 of 16)")
-    head = explain(TIRED, "the", occurrence=2, layer=3, model=use_minilm[0], tokenizer=use_minilm[1],
-                   file=io.StringIO())["head"]
+    head = explain(
+        TIRED, "the", occurrence=2, layer=3, model=use_minilm[0], tokenizer=use_minilm[1], file=io.StringIO()
+    )["head"]
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == sorted([f"heatmap_layer3_head{head}.png", "grid.png", "query_the_7.png"])
     for path in tmp_path.iterdir():
@@ -178,18 +202,24 @@ def test_cli_writes_the_three_pngs(use_minilm, capsys, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv,message", [
-    (["--token", "zebra"], "its tokens are: [CLS] the@1 animal didn ' t cross the@7 street because it was too "
-                           "tired . [SEP]"),
-    (["--token", "猫"], "English-only (uncased WordPiece)"),
-    (["--token", "the@3"], "'the' is at 1, 7"),
-    (["--token", "the@7", "--occurrence", "1"], "not both"),
-    (["--token", "it", "--layer", "6"], "'--layer' to be in [0, 5] (got 6)"),
-    (["--token", "it", "--keys", "animal"], "'--keys' to be used with --compare"),
-    (["--token", "it", "--compare", WIDE, "--head", "1"], "'--head' to be left out with --compare"),
-    (["--token", "it", "--compare", "It was too wide."], "'--compare' to be a sentence of 16 tokens"),
-    (["--token", "it", "--compare", WIDE, "--keys", "tired"], "'--keys' to be a token of the sentence"),
-], ids=["unknown", "chinese", "position", "both", "layer", "keys-alone", "head-compare", "lengths", "key"])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["--token", "zebra"],
+            "its tokens are: [CLS] the@1 animal didn ' t cross the@7 street because it was too tired . [SEP]",
+        ),
+        (["--token", "猫"], "English-only (uncased WordPiece)"),
+        (["--token", "the@3"], "'the' is at 1, 7"),
+        (["--token", "the@7", "--occurrence", "1"], "not both"),
+        (["--token", "it", "--layer", "6"], "'--layer' to be in [0, 5] (got 6)"),
+        (["--token", "it", "--keys", "animal"], "'--keys' to be used with --compare"),
+        (["--token", "it", "--compare", WIDE, "--head", "1"], "'--head' to be left out with --compare"),
+        (["--token", "it", "--compare", "It was too wide."], "'--compare' to be a sentence of 16 tokens"),
+        (["--token", "it", "--compare", WIDE, "--keys", "tired"], "'--keys' to be a token of the sentence"),
+    ],
+    ids=["unknown", "chinese", "position", "both", "layer", "keys-alone", "head-compare", "lengths", "key"],
+)
 def test_cli_errors_exit_2_and_write_nothing(use_minilm, capsys, tmp_path, argv, message):
     from graphattn import cli
 
@@ -235,7 +265,7 @@ def _readme_section() -> str:
     page = (ROOT / "docs" / "case-study.md").read_text()  # the case study, moved from the README
     start = page.index(SECTION)
     end = page.find("\n## ", start + 1)
-    return page[start:] if end < 0 else page[start:end + 1]
+    return page[start:] if end < 0 else page[start : end + 1]
 
 
 @pytest.mark.slow
@@ -246,8 +276,11 @@ def test_readme_numbers_are_what_the_command_prints(use_minilm, capsys, tmp_path
     argv = _documented_run(docs)
     assert argv[:2] == ["explain", TIRED] and argv[argv.index("--compare") + 1] == WIDE
     assert cli.main([*argv, "--out", str(tmp_path)]) == 0
-    printed = [ln for ln in capsys.readouterr().out.splitlines()
-               if ln and not ln.startswith(("wrote ", "heads averaged, it -> key", "|---"))]
+    printed = [
+        ln
+        for ln in capsys.readouterr().out.splitlines()
+        if ln and not ln.startswith(("wrote ", "heads averaged, it -> key", "|---"))
+    ]
     assert _printed_in(docs) == printed
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["compare_it.png", "compare_it_heads.png"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import DTYPES, assert_close
+
 import graphattn as ga
 from graphattn.ops import fused, operators
 
@@ -16,8 +16,9 @@ def _dense(q, k, v, edge_index, scale, bias=None):
     """Masked dense softmax, duplicates by multiplicity (log count in the score): out (L, H, Dv), alpha (E, H)."""
     (L, H, _), S = q.shape, k.size(0)
     src, dst = edge_index
-    count = torch.zeros(L, S, dtype=q.dtype).index_put_((dst, src), torch.ones_like(src, dtype=q.dtype),
-                                                        accumulate=True)  # (L, S)
+    count = torch.zeros(L, S, dtype=q.dtype).index_put_(
+        (dst, src), torch.ones_like(src, dtype=q.dtype), accumulate=True
+    )  # (L, S)
     score = torch.einsum("ihd,jhd->hij", q, k) * scale + count.log()  # (H, L, S); no edge: -inf
     if bias is not None:  # one bias per (i, j) pair (the graphs with a bias have no duplicates)
         dense_bias = torch.zeros(H, L, S, dtype=q.dtype)
@@ -82,10 +83,16 @@ def test_fused_equals_library_path_and_dense_oracle(name, L, S, bias_kind, need_
     for a, b in zip([got[0], got[1], *got[2]], [lib[0], lib[1], *lib[2]]):
         if b is not None:
             assert_close(a, b, **tol)
-    ref_out, ref_alpha = _dense(q.detach().double(), k.detach().double(), v.detach().double(), ei, 0.7,
-                                None if bias is None else bias.detach().double())
+    ref_out, ref_alpha = _dense(
+        q.detach().double(),
+        k.detach().double(),
+        v.detach().double(),
+        ei,
+        0.7,
+        None if bias is None else bias.detach().double(),
+    )
     assert_close(got[0].double(), ref_out, dtype)
-    assert (got[0][ei[1].max() + 1:] == 0).all()  # targets without edges: zero rows
+    assert (got[0][ei[1].max() + 1 :] == 0).all()  # targets without edges: zero rows
     if need_weights:
         assert_close(got[1].double(), ref_alpha, dtype)
 

@@ -9,8 +9,10 @@ from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
 
 import graphattn as ga
 
-PAIRS = [pytest.param(PyGGATConv, ga.GATConv, "from_gat_conv", id="GATConv"),
-         pytest.param(PyGGATv2Conv, ga.GATv2Conv, "from_gatv2_conv", id="GATv2Conv")]
+PAIRS = [
+    pytest.param(PyGGATConv, ga.GATConv, "from_gat_conv", id="GATConv"),
+    pytest.param(PyGGATv2Conv, ga.GATv2Conv, "from_gatv2_conv", id="GATv2Conv"),
+]
 CONFIGS = [
     pytest.param(dict(), id="defaults"),
     pytest.param(dict(heads=4, concat=False), id="heads4_mean"),
@@ -76,12 +78,14 @@ def test_pygs_conventions(pyg_cls, ga_cls, convert):
     ours = getattr(ga_cls, convert)(ref)
     assert repr(ours) == repr(ref)
     back = ours.to_gat_conv() if ga_cls is ga.GATConv else ours.to_gatv2_conv()
-    assert type(back) is pyg_cls and all(torch.equal(a, b) for a, b in zip(back.state_dict().values(),
-                                                                             ref.state_dict().values()))
+    assert type(back) is pyg_cls and all(
+        torch.equal(a, b) for a, b in zip(back.state_dict().values(), ref.state_dict().values())
+    )
     x, edge_index = torch.randn(6, 8), torch.randint(0, 6, (2, 15))
     for flag in (None, False):
-        assert type(ours(x, edge_index, return_attention_weights=flag)) is type(ref(x, edge_index,
-                                                                                 return_attention_weights=flag))
+        assert type(ours(x, edge_index, return_attention_weights=flag)) is type(
+            ref(x, edge_index, return_attention_weights=flag)
+        )
     out, (_, alpha) = ours(x, edge_index, return_attention_weights=True)
     assert alpha.shape == (15 + 6 - int((edge_index[0] == edge_index[1]).sum()), 2)
 
@@ -123,8 +127,9 @@ def test_pyg_test_gat_conv_cases():
     ref = PyGGATConv((8, 16), 32, heads=2)
     ref.load_state_dict(conv.state_dict())
     assert torch.allclose(conv((x1, x2), edge_index), ref((x1, x2), edge_index), atol=1e-6)
-    assert torch.allclose(conv((x1, None), edge_index, size=(4, 2)), ref((x1, None), edge_index, size=(4, 2)),
-                          atol=1e-6)
+    assert torch.allclose(
+        conv((x1, None), edge_index, size=(4, 2)), ref((x1, None), edge_index, size=(4, 2)), atol=1e-6
+    )
 
 
 def test_pyg_test_gatv2_conv_cases():
@@ -189,10 +194,14 @@ def test_compiled_on_sampled_batches_of_changing_size_does_not_recompile_per_siz
     assert sizes[-1] == sizes[1], sizes  # no new graph after the second size
 
 
-@pytest.mark.parametrize("convert", [
-    (PyGGATConv, lambda c: ga.GATConv.from_gat_conv(c), lambda layer: layer.to_gat_conv()),
-    (PyGGATv2Conv, lambda c: ga.GATv2Conv.from_gatv2_conv(c), lambda layer: layer.to_gatv2_conv()),
-], ids=["GATConv", "GATv2Conv"])
+@pytest.mark.parametrize(
+    "convert",
+    [
+        (PyGGATConv, lambda c: ga.GATConv.from_gat_conv(c), lambda layer: layer.to_gat_conv()),
+        (PyGGATv2Conv, lambda c: ga.GATv2Conv.from_gatv2_conv(c), lambda layer: layer.to_gatv2_conv()),
+    ],
+    ids=["GATConv", "GATv2Conv"],
+)
 def test_conversion_keeps_float64_weights_that_float32_cannot_hold(convert):
     """Weights trained in float64 survive ``from_*`` and ``to_*`` bit for bit (a copy through a float32
     layer would round them to about 1e-7)."""

@@ -32,8 +32,9 @@ def ragged_graph(lengths):
 
 def grads(model, x, out):
     params = [p for p in model.parameters()]
-    return torch.autograd.grad((out * torch.randn_like(out, generator=torch.Generator().manual_seed(1))).sum(),
-                               [x, *params])
+    return torch.autograd.grad(
+        (out * torch.randn_like(out, generator=torch.Generator().manual_seed(1))).sum(), [x, *params]
+    )
 
 
 @pytest.mark.parametrize("norm", ["batch_norm", "layer_norm", None], ids=lambda n: f"norm={n}")
@@ -106,8 +107,8 @@ def test_gps_attention_padded_path_equals_multihead_attention(batch_first):
     fast, none = ours(pad_x, pad_x, pad_x, key_padding_mask=pad, need_weights=False)
     assert none is None
     assert_close(fast, out_r)  # every position, padding queries included
-    g, = torch.autograd.grad(fast.square().sum(), x)
-    g_r, = torch.autograd.grad(out_r.square().sum(), x)
+    (g,) = torch.autograd.grad(fast.square().sum(), x)
+    (g_r,) = torch.autograd.grad(out_r.square().sum(), x)
     assert_close(g, g_r)
 
 

@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script itself is the check")
 def test_skips_cleanly_without_cuda():
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py")], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py")], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "no CUDA device: skipped"
 
@@ -24,7 +25,12 @@ def test_selects_the_cuda_exactness_tests_of_ops_conv_transformer_conv_and_ragge
         import gpu_check
     finally:
         sys.path.pop(0)
-    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-k", "cuda", *gpu_check.TESTS],
-                            capture_output=True, text=True, cwd=ROOT, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-k", "cuda", *gpu_check.TESTS],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     files = {line.split("::")[0] for line in result.stdout.splitlines() if "::" in line}
     assert files == set(gpu_check.TESTS), result.stdout[-2000:]

@@ -111,15 +111,15 @@ def test_edge_weights_to_dense_and_back_against_a_python_loop():
     with pytest.raises(ValueError, match=r"'alpha' to be a Tensor of shape \(E,\) or \(E, H\) with E = 4"):
         graphs.edge_weights_to_dense(edge_index, alpha[:3], (3, 2))
     with pytest.raises(ValueError, match=r"'size' to be a dense \(H, L, S\) of at most"):
-        graphs.edge_weights_to_dense(edge_index, alpha, (2 ** 20, 2 ** 20))
+        graphs.edge_weights_to_dense(edge_index, alpha, (2**20, 2**20))
 
 
 def test_sort_edge_index_keys_do_not_wrap_for_int32_edges():
     """Known answer where i * S + j exceeds 2**31 (int32 wraps) and 2**63 (int64 wraps):
     Python's sorted by (target, source, position) is the reference."""
-    edges = [(5, 2 ** 31 - 1), (3, 2 ** 31 - 1), (7, 0), (3, 2 ** 31 - 1)]
+    edges = [(5, 2**31 - 1), (3, 2**31 - 1), (7, 0), (3, 2**31 - 1)]
     expected = sorted(range(4), key=lambda e: (edges[e][1], edges[e][0], e))
-    for dtype, num_sources in [(torch.int32, 2 ** 31), (torch.int64, 2 ** 62)]:
+    for dtype, num_sources in [(torch.int32, 2**31), (torch.int64, 2**62)]:
         edge_index = torch.tensor(edges, dtype=dtype).T
         got, perm = graphs.sort_edge_index(edge_index, num_sources)
         assert perm.tolist() == expected and got.dtype == dtype

@@ -31,12 +31,12 @@ SENTENCES = [
 ]
 
 
-
 class _Batch(dict):
     """What a fake tokenizer returns: a dict with transformers' ``.to(device)`` (a no-op on CPU)."""
 
     def to(self, device):
         return self
+
 
 def _valid(batch):
     return batch["attention_mask"].bool()  # (B, T)
@@ -97,8 +97,7 @@ def test_minilm_weights_and_records_equal_eager_weights(minilm_pair):
 def _gpt2(impl, dtype=torch.float64):
     from transformers import GPT2Config, GPT2Model
 
-    config = GPT2Config(n_layer=2, n_head=4, n_embd=24, vocab_size=97, n_positions=64, bos_token_id=0,
-                        eos_token_id=0)
+    config = GPT2Config(n_layer=2, n_head=4, n_embd=24, vocab_size=97, n_positions=64, bos_token_id=0, eos_token_id=0)
     torch.manual_seed(1234)
     model = GPT2Model(config).to(dtype).eval()
     if impl == "graphattn":
@@ -116,7 +115,7 @@ def _padded(lengths, side, vocab=97, seed=0):
         if side == "right":
             mask[b, :n] = 1
         else:
-            mask[b, width - n:] = 1
+            mask[b, width - n :] = 1
     return {"input_ids": ids * mask, "attention_mask": mask}
 
 
@@ -170,8 +169,7 @@ def test_gpt2_records_are_the_causal_dag_and_padding_side_does_not_matter():
         for layer in range(2):
             assert torch.equal(r.edge_index[layer], ga.patterns.causal().edge_index(n))
             assert_close(r.alphas[layer], lft.alphas[layer])
-            sums = torch.zeros(n, 4, dtype=r.alphas[layer].dtype).index_add_(0, r.edge_index[layer][1],
-                                                                               r.alphas[layer])
+            sums = torch.zeros(n, 4, dtype=r.alphas[layer].dtype).index_add_(0, r.edge_index[layer][1], r.alphas[layer])
             assert_close(sums, torch.ones(n, 4, dtype=sums.dtype))
 
 
@@ -231,11 +229,12 @@ def test_sparsity_per_head_masks_equal_eager_with_per_head_mask():
 def test_sparsity_rejects_bad_results_and_models():
     graph = _gpt2("graphattn")
     batch = _padded([5], "right")
-    with pytest.raises(ValueError, match="sparsity mask to have shape"), hf.sparsity(
-            graph, lambda layer, q, k, m: torch.ones(3, 3, dtype=torch.bool)):
+    with (
+        pytest.raises(ValueError, match="sparsity mask to have shape"),
+        hf.sparsity(graph, lambda layer, q, k, m: torch.ones(3, 3, dtype=torch.bool)),
+    ):
         graph(**batch)
-    with pytest.raises(TypeError, match="bool mask"), hf.sparsity(
-            graph, lambda layer, q, k, m: torch.ones(5, 5)):
+    with pytest.raises(TypeError, match="bool mask"), hf.sparsity(graph, lambda layer, q, k, m: torch.ones(5, 5)):
         graph(**batch)
     with pytest.raises(ValueError, match="attn_implementation='graphattn'"):
         with hf.sparsity(_gpt2("eager"), ga.patterns.full()):
@@ -255,8 +254,14 @@ def _bert_pair(seed=7, **overrides):
     """A small random BERT twice, with the same weights: ``(graphattn, eager)``."""
     from transformers import BertConfig, BertModel
 
-    sizes = dict(vocab_size=50, hidden_size=20, num_hidden_layers=2, num_attention_heads=5, intermediate_size=16,
-                 max_position_embeddings=32)
+    sizes = dict(
+        vocab_size=50,
+        hidden_size=20,
+        num_hidden_layers=2,
+        num_attention_heads=5,
+        intermediate_size=16,
+        max_position_embeddings=32,
+    )
     torch.manual_seed(seed)
     eager = BertModel(BertConfig(**{**sizes, **overrides})).double().eval()
     graph = copy.deepcopy(eager)
@@ -314,8 +319,12 @@ def test_records_need_the_graphattn_model():
 
 
 def test_record_dense_and_mask_known_answer():
-    rec = AttentionRecord("a b c", ["a", "b", "c"], [ga.patterns.causal().edge_index(3)],
-                          [torch.tensor([[1.0], [0.5], [0.5], [0.2], [0.3], [0.5]])])
+    rec = AttentionRecord(
+        "a b c",
+        ["a", "b", "c"],
+        [ga.patterns.causal().edge_index(3)],
+        [torch.tensor([[1.0], [0.5], [0.5], [0.2], [0.3], [0.5]])],
+    )
     assert torch.equal(rec.mask(0), ga.patterns.causal().mask(3))
     assert torch.equal(rec.dense(0)[0], torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]))
     assert rec.find("B") == [1]
@@ -334,8 +343,13 @@ def test_bert_decoder_with_cross_attention_equals_eager():
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     memory = torch.randn(2, 6, 20, generator=gen, dtype=torch.float64)  # S == L: cross-attention is not self-attention
     memory_mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]])  # encoder padding: keys 3..5 of sequence 0
-    kwargs = dict(input_ids=ids, attention_mask=mask, encoder_hidden_states=memory,
-                  encoder_attention_mask=memory_mask, use_cache=False)
+    kwargs = dict(
+        input_ids=ids,
+        attention_mask=mask,
+        encoder_hidden_states=memory,
+        encoder_attention_mask=memory_mask,
+        use_cache=False,
+    )
     with torch.no_grad():
         out_g, out_e = graph(**kwargs).last_hidden_state, eager(**kwargs).last_hidden_state
     valid = mask.bool()
@@ -455,8 +469,12 @@ def test_threads_share_the_mask_cache_safely():
     import threading
 
     graph, eager = _gpt2("graphattn"), _gpt2("eager")
-    batches = [_padded(lengths, side, seed=n) for n, (lengths, side) in
-               enumerate([([7, 3], "right"), ([5, 9, 2], "left"), ([8, 8], "right"), ([1, 6], "left")])]
+    batches = [
+        _padded(lengths, side, seed=n)
+        for n, (lengths, side) in enumerate(
+            [([7, 3], "right"), ([5, 9, 2], "left"), ([8, 8], "right"), ([1, 6], "left")]
+        )
+    ]
     with torch.no_grad():
         expected = [eager(**b).last_hidden_state for b in batches]
     errors = []
@@ -498,8 +516,9 @@ def test_records_in_train_mode_are_the_weights_after_dropout():
 def test_models_without_graph_attention_are_refused_by_name(tmp_path):
     from transformers import AutoModel, Data2VecVisionConfig, Data2VecVisionModel
 
-    config = Data2VecVisionConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
-                                  image_size=8, patch_size=4)
+    config = Data2VecVisionConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8, image_size=8, patch_size=4
+    )
     Data2VecVisionModel(config).save_pretrained(tmp_path)
     for cls in (Data2VecVisionModel, AutoModel):  # transformers alone raises a bare KeyError: 'graphattn'
         with pytest.raises(NotImplementedError, match="Data2VecVisionModel does not route its attention"):
@@ -620,8 +639,10 @@ def test_default_max_length_is_capped_at_the_models_positions_and_equals_eager()
         def __call__(self, texts, max_length, **kwargs):
             ids = [[int(w) for w in t.split()][:max_length] for t in texts]
             width = max(len(i) for i in ids)
-            batch = {"input_ids": torch.tensor([i + [0] * (width - len(i)) for i in ids]),
-                     "attention_mask": torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids])}
+            batch = {
+                "input_ids": torch.tensor([i + [0] * (width - len(i)) for i in ids]),
+                "attention_mask": torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids]),
+            }
 
             return _Batch(batch)
 

@@ -21,7 +21,7 @@ OTHER = [  # the folders around the package, hand-written
     ("notebooks/", "teaching notebooks (jupytext sources and executed `.ipynb`), executed by the tests"),
     ("examples/", "runnable examples, run by the tests"),
     ("docs/", "the documentation site (Sphinx): guides, measured results, design, style, API reference"),
-    ("tests/", "the test suite (`python -m pytest`; `-m \"not slow\"` is the fast lane)"),
+    ("tests/", 'the test suite (`python -m pytest`; `-m "not slow"` is the fast lane)'),
 ]
 
 
@@ -67,14 +67,14 @@ def _readme() -> str:
 def test_readme_layout_is_generated_from_the_tree():
     readme = _readme()
     assert BEGIN in readme and END in readme, "the README lost its generated Layout section"
-    current = readme[readme.index(BEGIN):readme.index(END) + len(END)]
+    current = readme[readme.index(BEGIN) : readme.index(END) + len(END)]
     assert current == layout_markdown(), "the package changed: run `python tests/test_layout.py --write`"
 
 
 def test_layout_lists_every_module_of_the_package():
     """Independent of the generator: every .py file and package under graphattn/ is named in the section."""
     readme = _readme()
-    section = readme[readme.index(BEGIN):readme.index(END)]
+    section = readme[readme.index(BEGIN) : readme.index(END)]
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name == "__init__.py" or path.parent.name == "__pycache__":
             continue

@@ -61,10 +61,10 @@ def test_every_pattern_run_is_causal(spec):
     base = model(x)  # (2, 24, 256)
     for t in (0, 7, 16):
         changed = x.clone()
-        changed[:, t + 1:] = torch.randint(0, 256, (2, 23 - t), generator=g)
+        changed[:, t + 1 :] = torch.randint(0, 256, (2, 23 - t), generator=g)
         out = model(changed)
-        torch.testing.assert_close(out[:, :t + 1], base[:, :t + 1], rtol=0, atol=1e-12)
-        assert not torch.allclose(out[:, t + 1:], base[:, t + 1:])  # the future does change the future
+        torch.testing.assert_close(out[:, : t + 1], base[:, : t + 1], rtol=0, atol=1e-12)
+        assert not torch.allclose(out[:, t + 1 :], base[:, t + 1 :])  # the future does change the future
 
 
 @pytest.mark.parametrize("spec", SPECS[1:])
@@ -114,8 +114,19 @@ def test_flops_against_a_hand_count():
 
 def _run(steps, **kw):
     model = LMConfig(length=16, layers=1, d_model=8, heads=2, d_ff=16, pattern=kw.pop("pattern", "window:4"))
-    return RunConfig(model=model, seed=3, batch=2, lr=1e-2, warmup=2, steps=steps, evals=3, eval_windows=2,
-                     probe_windows=2, ckpt_every=100, **kw)
+    return RunConfig(
+        model=model,
+        seed=3,
+        batch=2,
+        lr=1e-2,
+        warmup=2,
+        steps=steps,
+        evals=3,
+        eval_windows=2,
+        probe_windows=2,
+        ckpt_every=100,
+        **kw,
+    )
 
 
 def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, corpus):
@@ -153,8 +164,13 @@ def test_compare_pairs_seeds_at_equal_budgets():
     def row(pattern, seed, bpbs, seconds):
         log = [{"tokens": 100 * (k + 1), "train_seconds": seconds * (k + 1), "val_bpb": v} for k, v in enumerate(bpbs)]
         return {"pattern": pattern, "length": 8, "seed": seed, "log": log}
-    rows = [row("dense", 0, [5, 4], 2.0), row("w", 0, [5.5, 4.5, 4.0, 3.0], 1.0),
-            row("dense", 1, [6, 5], 2.0), row("w", 1, [6.5, 5.5, 5.0, 4.0], 1.0)]
+
+    rows = [
+        row("dense", 0, [5, 4], 2.0),
+        row("w", 0, [5.5, 4.5, 4.0, 3.0], 1.0),
+        row("dense", 1, [6, 5], 2.0),
+        row("w", 1, [6.5, 5.5, 5.0, 4.0], 1.0),
+    ]
     comp = {c["basis"]: c for c in report.compare(rows)}
     tokens, wall = comp["equal tokens"], comp["equal wall time"]
     assert tokens["at"] == 200 and tokens["delta"] == pytest.approx(0.5) and tokens["seeds"] == 2
@@ -165,8 +181,9 @@ def test_compare_pairs_seeds_at_equal_budgets():
 @pytest.mark.slow
 def test_smoke_sized_experiment_writes_its_files(tmp_path, corpus):
     runs = make_runs("smoke", lengths=[32], steps=20, patterns=["dense", "window:4"], seeds=[0, 1])
-    _, paths = run_experiment(runs, str(tmp_path), corpus=corpus, progress=False, log=lambda *a: None,
-                                    meta={"preset": "test"})
+    _, paths = run_experiment(
+        runs, str(tmp_path), corpus=corpus, progress=False, log=lambda *a: None, meta={"preset": "test"}
+    )
     assert set(paths) == {"csv", "json", "png"} and all(os.path.getsize(p) > 0 for p in paths.values())
     with open(paths["csv"]) as fh:
         rows = list(csv.DictReader(fh))
@@ -184,8 +201,23 @@ def test_smoke_sized_experiment_writes_its_files(tmp_path, corpus):
 def test_command_smoke_preset_small(tmp_path, capsys):
     from graphattn.cli import main
 
-    code = main(["lm", "--preset", "smoke", "--steps", "5", "--lengths", "32", "--patterns", "dense", "window:4",
-                 "--out", str(tmp_path), "--no-progress"])
+    code = main(
+        [
+            "lm",
+            "--preset",
+            "smoke",
+            "--steps",
+            "5",
+            "--lengths",
+            "32",
+            "--patterns",
+            "dense",
+            "window:4",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     assert {"lm.csv", "lm.json", "lm.png", "runs"} <= set(os.listdir(tmp_path))
     assert "equal wall time" in capsys.readouterr().out
@@ -218,9 +250,29 @@ def test_two_processes_with_torchrun_gloo(tmp_path):
     import sys
 
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-           "graphattn.cli", "lm", "--steps", "2", "--lengths", "16", "--batch", "2", "--patterns", "dense",
-           "window:4", "--out", str(tmp_path), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "graphattn.cli",
+        "lm",
+        "--steps",
+        "2",
+        "--lengths",
+        "16",
+        "--batch",
+        "2",
+        "--patterns",
+        "dense",
+        "window:4",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     with open(tmp_path / "lm.csv") as fh:

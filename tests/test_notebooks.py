@@ -18,8 +18,12 @@ import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-SLOW = {"03_real_model.ipynb", "04_dense_vs_sparse.ipynb",  # load the pretrained model
-        "06_graph_transformers.ipynb", "08_transformer_block.ipynb"}  # train over seeds (tens of seconds)
+SLOW = {
+    "03_real_model.ipynb",
+    "04_dense_vs_sparse.ipynb",  # load the pretrained model
+    "06_graph_transformers.ipynb",
+    "08_transformer_block.ipynb",
+}  # train over seeds (tens of seconds)
 REPRODUCED = "02_message_passing.ipynb"  # executed twice and compared
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 PARAMS = [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.name in SLOW else []) for p in PATHS]
@@ -43,7 +47,7 @@ def _stub_name(source, match):
     """The name a stub defines: its assignment target, or the function its ``return ...`` is in."""
     if match.group(2):
         return match.group(2)
-    return re.findall(r"def (\w+)\(", source[:match.start()])[-1]
+    return re.findall(r"def (\w+)\(", source[: match.start()])[-1]
 
 
 def _filled(nb, path):
@@ -55,7 +59,7 @@ def _filled(nb, path):
         while (m := STUB.search(cell.source)) is not None:
             name, code = next(solutions)
             assert name == _stub_name(cell.source, m), f"{path.name}: solution {name} for stub {m.group(0)!r}"
-            cell.source = cell.source[:m.start()] + code + cell.source[m.end():]
+            cell.source = cell.source[: m.start()] + code + cell.source[m.end() :]
     assert next(solutions, None) is None, f"{path.name}: more solutions than stubs"
     return nb
 
@@ -68,8 +72,12 @@ def test_ends_with_exercises_a_learner_fills(path):
     assert cells and all(STUB.search(c) and "check_" in c for c in cells)
     assert len(_solutions(path)) == sum(len(STUB.findall(c)) for c in cells) >= 2
     assert not any(STUB.search(c.source) for c in nb.cells[:heading] if c.cell_type == "code")
-    stub_outputs = [o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for c in nb.cells[heading:]
-                    if c.cell_type == "code" for o in c.outputs]
+    stub_outputs = [
+        o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+        for c in nb.cells[heading:]
+        if c.cell_type == "code"
+        for o in c.outputs
+    ]
     assert any("Replace `...`" in o for o in stub_outputs), "the committed stubs show the checker's prompt"
 
 
@@ -88,11 +96,13 @@ def test_committed_with_outputs_and_in_sync_with_source(path):
 def test_executes_with_the_solutions_filled_in(path, monkeypatch):  # notebook 2: test_notebook_2_is_reproducible
     monkeypatch.setenv("GRAPHATTN_EXERCISES_STRICT", "1")  # the kernel inherits it: a wrong answer raises
     nb = _filled(nbformat.read(path, as_version=4), path)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    )
     client.execute()  # raises CellExecutionError, naming the failing cell, when an assert or a checker fails
-    outputs = "".join(str(o.get("data", {}).get("text/plain", "")) for c in nb.cells if c.cell_type == "code"
-                      for o in c.outputs)
+    outputs = "".join(
+        str(o.get("data", {}).get("text/plain", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    )
     assert "Not yet." not in outputs and "Right." in outputs
 
 
@@ -102,8 +112,13 @@ def _outputs(nb):
     for cell in nb.cells:
         outputs = cell.get("outputs", [])
         seen.append("".join(out.text for out in outputs if out.output_type == "stream"))  # chunking varies
-        seen += [re.sub(r" at 0x[0-9a-f]+", "", out.data[key]) for out in outputs if "data" in out
-                 for key in ("text/plain", "text/html", "image/png") if key in out.data]  # object addresses vary
+        seen += [
+            re.sub(r" at 0x[0-9a-f]+", "", out.data[key])
+            for out in outputs
+            if "data" in out
+            for key in ("text/plain", "text/html", "image/png")
+            if key in out.data
+        ]  # object addresses vary
     return seen
 
 
@@ -114,7 +129,8 @@ def test_notebook_2_is_reproducible(monkeypatch):
     runs = []
     for _ in range(2):
         nb = _filled(nbformat.read(path, as_version=4), path)
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+        nbclient.NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+        ).execute()
         runs.append(_outputs(nb))
     assert runs[0] == runs[1] and len(runs[0]) > 10

@@ -38,8 +38,11 @@ def test_dense_attention_takes_the_layers_input_forms():
     L, S = 5, 7
     mask = torch.rand(L, S, generator=torch.Generator().manual_seed(0)) < 0.6
     edge_index = ga.graphs.mask_to_edge_index(mask)
-    cases = [(6, torch.randn(L, 6)), ((5, 4), (torch.randn(S, 5), torch.randn(L, 4))),
-             ((3, 5, 4), (torch.randn(S, 3), torch.randn(S, 5), torch.randn(L, 4)))]
+    cases = [
+        (6, torch.randn(L, 6)),
+        ((5, 4), (torch.randn(S, 5), torch.randn(L, 4))),
+        ((3, 5, 4), (torch.randn(S, 3), torch.randn(S, 5), torch.randn(L, 4))),
+    ]
     for in_channels, x in cases:
         conv = ga.AttentionConv(in_channels, 6, heads=3).double()
         oracle = DenseAttention(in_channels, 6, heads=3).double()
@@ -64,13 +67,17 @@ def test_dense_attention_signature_mirrors_the_layer():
     assert repr(DenseAttention(4, 8, heads=2, bias=False)) == "DenseAttention(4, 8, heads=2, bias=False)"
 
 
-@pytest.mark.parametrize("kwargs, error, name", [
-    (dict(scale=float("nan")), ValueError, "scale"),
-    (dict(scale="a"), TypeError, "scale"),
-    (dict(dropout=2.0), ValueError, "dropout"),
-    (dict(dropout=-0.1), ValueError, "dropout"),
-    (dict(training="yes"), TypeError, "training"),
-], ids=["scale-nan", "scale-str", "dropout-2", "dropout-neg", "training-str"])
+@pytest.mark.parametrize(
+    "kwargs, error, name",
+    [
+        (dict(scale=float("nan")), ValueError, "scale"),
+        (dict(scale="a"), TypeError, "scale"),
+        (dict(dropout=2.0), ValueError, "dropout"),
+        (dict(dropout=-0.1), ValueError, "dropout"),
+        (dict(training="yes"), TypeError, "training"),
+    ],
+    ids=["scale-nan", "scale-str", "dropout-2", "dropout-neg", "training-str"],
+)
 def test_batched_attention_refuses_scalars_as_attention_does(kwargs, error, name):
     q = torch.randn(5, 2, 4)
     batch = torch.tensor([0, 0, 1, 1, 1])
@@ -83,9 +90,16 @@ def test_batched_attention_refuses_scalars_as_attention_does(kwargs, error, name
 
 @pytest.mark.slow  # a fresh interpreter importing transformers
 def test_the_hugging_face_bridge_loads_no_pyg():
-    code = ("import sys, graphattn.interop.hf as hf; hf.register(); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch_geometric'))")
-    result = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
-                            capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys, graphattn.interop.hf as hf; hf.register(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch_geometric'))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -33,8 +33,17 @@ def _oracle(q, k, v, edge_index, scale=None, bias=None):
     if bias is not None:
         dense_bias = q.new_zeros(H, L, S)
         dense_bias[:, edge_index[1], edge_index[0]] = bias.reshape(edge_index.size(1), -1).T.expand(H, -1)
-    steps = six_steps(q.reshape(L, H * D), eye, w_k, w_v, mask, heads=H,
-                      x_kv=torch.cat([k.reshape(S, -1), v.reshape(S, -1)], dim=1), scale=scale, bias=dense_bias)
+    steps = six_steps(
+        q.reshape(L, H * D),
+        eye,
+        w_k,
+        w_v,
+        mask,
+        heads=H,
+        x_kv=torch.cat([k.reshape(S, -1), v.reshape(S, -1)], dim=1),
+        scale=scale,
+        bias=dense_bias,
+    )
     alpha = steps.weights[:, edge_index[1], edge_index[0]].T  # (E, H)
     return steps.output.view(L, H, Dv), alpha
 
@@ -127,8 +136,9 @@ def test_every_kernel_equals_oracle(name, dtype, kernel):
     _assert_same(out, alpha, ref_out, ref_alpha, inputs)
 
 
-@pytest.mark.parametrize("name,band", [("window_5_5_L150", True), ("window_and_key_0_L300", False),
-                                       ("shifted_band_L100_S300", True)])
+@pytest.mark.parametrize(
+    "name,band", [("window_5_5_L150", True), ("window_and_key_0_L300", False), ("shifted_band_L100_S300", True)]
+)
 def test_block_layouts(name, band):
     """The band layout (strided key views) and the gathered layout are both exercised above."""
     L, S, build = GRAPHS[name]
@@ -200,8 +210,9 @@ def test_csr_uniform_degree_with_duplicates_and_dead_rows(degree, block_cache, m
         monkeypatch.setattr(ops.structure, "HEAD_BLOCK_ENTRIES", 0)
     L, S = 12, 5
     g = torch.Generator().manual_seed(3)
-    edge_index = torch.stack([torch.randint(0, S, (L * degree,), generator=g),
-                              torch.arange(L).repeat_interleave(degree)])
+    edge_index = torch.stack(
+        [torch.randint(0, S, (L * degree,), generator=g), torch.arange(L).repeat_interleave(degree)]
+    )
     graph = ops.prepare(edge_index, L, S)
     assert graph.uniform_degree == degree and graph.has_duplicates
     for H in (2, 3, 2):
@@ -252,8 +263,9 @@ def test_no_edges_and_no_nodes():
 # ------------------------------------------------------------------------------ dense SDPA path
 @pytest.mark.parametrize("need_weights", [True, False], ids=["weights", "no_weights"])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("kind,L,S", [("full", 7, 7), ("full", 5, 8), ("causal", 7, 7), ("causal", 9, 4),
-                                      ("causal", 3, 6)])
+@pytest.mark.parametrize(
+    "kind,L,S", [("full", 7, 7), ("full", 5, 8), ("causal", 7, 7), ("causal", 9, 4), ("causal", 3, 6)]
+)
 def test_sdpa_path_for_patterns_and_detected_edge_lists(kind, L, S, dtype, need_weights):
     pattern = patterns.full() if kind == "full" else patterns.causal()
     edge_index = pattern.edge_index(L, S)
@@ -416,8 +428,9 @@ def test_message_passing_path_equals_fast_path(pattern):
     ys = [conv(x, edge_index, return_attention_weights=True) for conv in (fast, slow)]
     assert_close(ys[0][0], ys[1][0])
     assert_close(ys[0][1][1], ys[1][1][1])
-    grads = [torch.autograd.grad(y.sum() + (a ** 2).sum(), conv.parameters())
-             for (y, (_, a)), conv in zip(ys, (fast, slow))]
+    grads = [
+        torch.autograd.grad(y.sum() + (a**2).sum(), conv.parameters()) for (y, (_, a)), conv in zip(ys, (fast, slow))
+    ]
     for got, want in zip(*grads):
         assert_close(got, want)
 
@@ -457,8 +470,18 @@ def test_bench_worker_measures_one_case(method):
     """``graphattn bench`` measures in-process what its subprocesses measure (tiny case, no timing checks)."""
     from graphattn import bench
 
-    case = dict(pattern="window", L=96, method=method, mode="fwdbwd", heads=2, dim=8, dtype="float64",
-                device="cpu", repeats=1, threads=None)
+    case = dict(
+        pattern="window",
+        L=96,
+        method=method,
+        mode="fwdbwd",
+        heads=2,
+        dim=8,
+        dtype="float64",
+        device="cpu",
+        repeats=1,
+        threads=None,
+    )
     result = bench.worker(case)
     assert result["time_s"] > 0 and result["runs"] == 1 and result["peak_bytes"] >= 0
     assert result["gflops"] == pytest.approx(3 * 4 * bench.num_edges("window", 96) * 2 * 8 / result["time_s"] / 1e9)
@@ -470,8 +493,13 @@ def test_bench_ratios_and_targets():
     def row(method, mode, t, m, pattern="random", L=4096):
         return dict(pattern=pattern, L=L, mode=mode, method=method, status="ok", time_s=t, peak_bytes=m)
 
-    rows = [row("graphattn", "fwd", 1.0, 10), row("flex", "fwd", 12.0, 5), row("sdpa_mask", "fwd", 15.0, 50),
-            row("graphattn", "fwdbwd", 2.0, 10), row("sdpa_mask", "fwdbwd", 16.0, 50)]
+    rows = [
+        row("graphattn", "fwd", 1.0, 10),
+        row("flex", "fwd", 12.0, 5),
+        row("sdpa_mask", "fwd", 15.0, 50),
+        row("graphattn", "fwdbwd", 2.0, 10),
+        row("sdpa_mask", "fwdbwd", 16.0, 50),
+    ]
     bench.add_ratios(rows)
     assert rows[1]["time_ratio"] == 12.0 and rows[2]["memory_ratio"] == 5.0
     lines = bench.targets(rows)
@@ -514,8 +542,9 @@ def test_inference_mode_and_in_place_edits():
     edge_index = ga.patterns.window(1, 1).edge_index(5)
     ga.attention(q, k, v, edge_index)
     edge_index[1, 0] = 4  # an in-place edit bumps the version: the cache must notice
-    torch.testing.assert_close(ga.attention(q, k, v, edge_index)[0], _dense_reference(q, k, v, edge_index),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        ga.attention(q, k, v, edge_index)[0], _dense_reference(q, k, v, edge_index), atol=1e-5, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
@@ -556,16 +585,28 @@ def test_pattern_path_backward_twice_and_gradcheck(pattern):
     assert torch.autograd.gradcheck(lambda q, k, v: ga.attention(q, k, v, pattern)[0], (q, k, v))
 
 
-SECOND_ORDER = [pytest.param(kernel, graph, id=f"{kernel}-{graph}") for kernel, graph in
-                [("csr", "random"), ("block", "window"), ("auto", "full"), ("auto", "causal"), ("csr", "duplicates")]]
+SECOND_ORDER = [
+    pytest.param(kernel, graph, id=f"{kernel}-{graph}")
+    for kernel, graph in [
+        ("csr", "random"),
+        ("block", "window"),
+        ("auto", "full"),
+        ("auto", "causal"),
+        ("csr", "duplicates"),
+    ]
+]
 
 
 def _second_order_graph(name: str, L: int) -> torch.Tensor:
     if name == "duplicates":
         edges = patterns.random(2, seed=1).edge_index(L)
         return torch.cat([edges, edges[:, :3]], dim=1)  # three edges listed twice
-    pattern = {"random": patterns.random(2, seed=1), "window": patterns.window(1, 2), "full": patterns.full(),
-               "causal": patterns.causal()}[name]
+    pattern = {
+        "random": patterns.random(2, seed=1),
+        "window": patterns.window(1, 2),
+        "full": patterns.full(),
+        "causal": patterns.causal(),
+    }[name]
     return pattern.edge_index(L)
 
 
@@ -611,16 +652,23 @@ def test_gradient_penalty_equals_the_dense_oracle():
 
 # ------------------------------------------------------------------ half precision (issue 13)
 HALF = [pytest.param(torch.float16, id="float16"), pytest.param(torch.bfloat16, id="bfloat16")]
-HALF_KERNELS = [pytest.param(k, w, id=f"{k}-{'weights' if w else 'no_weights'}") for k in
-                ("sdpa", "block", "csr", "message_passing") for w in (False, True)]
+HALF_KERNELS = [
+    pytest.param(k, w, id=f"{k}-{'weights' if w else 'no_weights'}")
+    for k in ("sdpa", "block", "csr", "message_passing")
+    for w in (False, True)
+]
 
 
 def _assert_half_close(got, want, dtype, factor=8.0):
     """Equal to the dtype's rounding noise: ``factor`` ulps (eps) of the largest reference entry."""
     eps = torch.finfo(dtype).eps
     want = want.double()
-    torch.testing.assert_close(got.double(), want, rtol=factor * eps,
-                               atol=factor * eps * max(1.0, float(want.detach().abs().max()) if want.numel() else 1.0))
+    torch.testing.assert_close(
+        got.double(),
+        want,
+        rtol=factor * eps,
+        atol=factor * eps * max(1.0, float(want.detach().abs().max()) if want.numel() else 1.0),
+    )
 
 
 def _half_attention(kernel, need_weights, q, k, v, edge_index, bias=None):
@@ -628,8 +676,9 @@ def _half_attention(kernel, need_weights, q, k, v, edge_index, bias=None):
     if kernel != "message_passing":
         return ops.attention(q, k, v, edge_index, edge_bias=bias, need_weights=need_weights, impl=kernel)
     (L, H, D), S = q.shape, k.size(0)
-    conv = AttentionConv((H * D, H * D, H * D), H * D, heads=H, bias=False, output_projection=False,
-                         impl="message_passing").to(q.dtype)
+    conv = AttentionConv(
+        (H * D, H * D, H * D), H * D, heads=H, bias=False, output_projection=False, impl="message_passing"
+    ).to(q.dtype)
     with torch.no_grad():
         for lin in (conv.lin_query, conv.lin_key, conv.lin_value):
             lin.weight.copy_(torch.eye(H * D))  # identity projections: the layer's query/key/value are q, k, v
@@ -645,8 +694,9 @@ def _sdpa_reference(q, k, v, edge_index, bias=None, dtype=None):
     dtype = dtype or q.dtype
     (L, H, _), S = q.shape, k.size(0)
     mask = torch.full((H, L, S), float("-inf"), dtype=dtype)  # (H, L, S)
-    mask[:, edge_index[1], edge_index[0]] = 0.0 if bias is None else bias.to(dtype).reshape(
-        edge_index.size(1), -1).T.expand(H, -1)
+    mask[:, edge_index[1], edge_index[0]] = (
+        0.0 if bias is None else bias.to(dtype).reshape(edge_index.size(1), -1).T.expand(H, -1)
+    )
     t = [x.to(dtype).transpose(0, 1) for x in (q, k, v)]  # (H, n, D)
     out = F.scaled_dot_product_attention(*t, attn_mask=mask).transpose(0, 1)  # (L, H, D)
     scores = (t[0].double() @ t[1].double().mT) / math.sqrt(q.size(-1)) + mask.double()  # (H, L, S)
@@ -739,7 +789,9 @@ def test_half_pattern_is_sdpas_fused_kernel(dtype):
     fused = F.scaled_dot_product_attention(*(t.transpose(0, 1)[None] for t in inputs), is_causal=True)
     assert torch.equal(out, fused[0].transpose(0, 1))
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(4)).to(dtype)
-    for got, want in zip(torch.autograd.grad(out, inputs, grad), torch.autograd.grad(fused[0].transpose(0, 1), inputs, grad)):
+    for got, want in zip(
+        torch.autograd.grad(out, inputs, grad), torch.autograd.grad(fused[0].transpose(0, 1), inputs, grad)
+    ):
         assert torch.equal(got, want)
 
 
@@ -748,8 +800,11 @@ def test_half_output_does_not_depend_on_need_weights_or_kernel(dtype):
     L = 130
     inputs = [t.detach() for t in _half_inputs(dtype, L)]
     edge_index = patterns.causal().edge_index(L)
-    outs = [ops.attention(*inputs, edge_index, impl=kernel, need_weights=w)[0]
-            for kernel in ("sdpa", "block", "csr") for w in (False, True)]
+    outs = [
+        ops.attention(*inputs, edge_index, impl=kernel, need_weights=w)[0]
+        for kernel in ("sdpa", "block", "csr")
+        for w in (False, True)
+    ]
     for out in outs[1:]:
         _assert_half_close(out, outs[0], dtype)
     assert torch.equal(outs[2], outs[3]) and torch.equal(outs[4], outs[5])  # weights or not: the same numbers
@@ -761,8 +816,9 @@ def test_structure_cache_under_threads():
     from concurrent.futures import ThreadPoolExecutor
 
     L = 96
-    graphs_ = [patterns.window(w, 2).edge_index(L) for w in range(1, 7)] + \
-              [patterns.random(3, seed=s).edge_index(L) for s in range(6)]  # 12 > cache size 8: evictions
+    graphs_ = [patterns.window(w, 2).edge_index(L) for w in range(1, 7)] + [
+        patterns.random(3, seed=s).edge_index(L) for s in range(6)
+    ]  # 12 > cache size 8: evictions
     q, k, v = (torch.randn(L, 2, 8, dtype=torch.float64) for _ in range(3))
     bias = [torch.randn(e.size(1), 2, dtype=torch.float64) for e in graphs_]
     assert ops.cache_size() < len(graphs_)
@@ -821,8 +877,18 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 @CUDA
 @pytest.mark.parametrize("kernel", KERNELS + ["sdpa"])
-@pytest.mark.parametrize("name", ["window_5_5_L150", "random_empty_rows_L7_S11", "complete_L6_S5", "causal_L9",
-                                  "window_and_key_0_L300", "shifted_band_L100_S300", "duplicates"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "window_5_5_L150",
+        "random_empty_rows_L7_S11",
+        "complete_L6_S5",
+        "causal_L9",
+        "window_and_key_0_L300",
+        "shifted_band_L100_S300",
+        "duplicates",
+    ],
+)
 def test_every_kernel_equals_oracle_on_cuda(name, kernel):
     """Outputs, weights and gradients on cuda (float64) equal the CPU references."""
     if name == "duplicates":

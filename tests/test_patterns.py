@@ -1,5 +1,6 @@
 """Sparsity patterns against independent references: brute-force Python rules written from the
 papers' definitions, FlexAttention's own evaluation of ``mask_mod``, known edge counts, networkx."""
+
 import networkx as nx
 import pytest
 import torch
@@ -9,12 +10,30 @@ from graphattn import patterns as P
 from graphattn.graphs import mask_to_edge_index
 
 PATTERNS = [
-    P.full(), P.causal(), P.window(2, 2), P.window(0, 3), P.window(3, 0, 2), P.window(None, 1),
-    P.dilated(1, 2, 3), P.longformer_window(4), P.flash_window(-1, 2), P.strided(3), P.strided(1),
-    P.fixed(4, 1), P.fixed(3, 3), P.fixed(4, 0), P.global_tokens([0, 5]), P.global_tokens([]),
-    P.random(3, seed=1), P.random(10), P.bigbird(3, 3, 2, 1), P.bigbird(4, 1, 1, 2, seed=3),
-    P.longformer(4, [0, 11]), P.window(1, 1) | P.global_tokens([3]),
-    P.strided(3) & P.window(4, 0), (P.causal() & P.random(5)) | P.global_tokens(2),
+    P.full(),
+    P.causal(),
+    P.window(2, 2),
+    P.window(0, 3),
+    P.window(3, 0, 2),
+    P.window(None, 1),
+    P.dilated(1, 2, 3),
+    P.longformer_window(4),
+    P.flash_window(-1, 2),
+    P.strided(3),
+    P.strided(1),
+    P.fixed(4, 1),
+    P.fixed(3, 3),
+    P.fixed(4, 0),
+    P.global_tokens([0, 5]),
+    P.global_tokens([]),
+    P.random(3, seed=1),
+    P.random(10),
+    P.bigbird(3, 3, 2, 1),
+    P.bigbird(4, 1, 1, 2, seed=3),
+    P.longformer(4, [0, 11]),
+    P.window(1, 1) | P.global_tokens([3]),
+    P.strided(3) & P.window(4, 0),
+    (P.causal() & P.random(5)) | P.global_tokens(2),
 ]
 SIZES = [(1, 1), (7, 7), (12, 12), (16, 16), (7, 12), (12, 7), (16, 5)]
 CASES = [pytest.param(p, L, S, id=f"{p.name}-{L}x{S}") for p in PATTERNS for L, S in SIZES]
@@ -90,11 +109,11 @@ def test_window_count_formula(L, left, right):
     assert P.window(left, right).edge_index(L).shape[1] == expected
 
 
-@pytest.mark.parametrize("left, right, d",
-                         [(2, 2, 1), (0, 3, 1), (3, 1, 2), (2, 2, 3), (None, 1, 2)])
+@pytest.mark.parametrize("left, right, d", [(2, 2, 1), (0, 3, 1), (3, 1, 2), (2, 2, 3), (None, 1, 2)])
 @pytest.mark.parametrize("L, S", SIZES)
 def test_window_brute_force(left, right, d, L, S):
     """Reference: a Python loop over (i, j) of the rule j - i = d t, t in [-left, right]."""
+
     def rule(i, j):
         ok_left = left is None or j - i >= -left * d
         return (j - i) % d == 0 and ok_left and j - i <= right * d
@@ -151,8 +170,11 @@ def test_fixed_is_the_papers_rule(block, summary, L, S):
     assert torch.equal(mask_to_edge_index(expected), P.fixed(block, summary).edge_index(L, S))
 
 
-@pytest.mark.parametrize("p", [P.causal(), P.strided(3), P.fixed(4, 2), P.flash_window(-1, 0),
-                               P.window(5, 0, 2), P.strided(2) & P.random(4)], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "p",
+    [P.causal(), P.strided(3), P.fixed(4, 2), P.flash_window(-1, 0), P.window(5, 0, 2), P.strided(2) & P.random(4)],
+    ids=lambda p: p.name,
+)
 def test_causal_patterns_have_no_future_keys(p):
     """Known answer: a causal pattern (or its intersection) has no edge with j > i, also for L != S."""
     src, dst = p.edge_index(16, 20)
@@ -180,8 +202,9 @@ def test_random_keys_per_query(k):
     assert P.random(k, seed=5).edge_index(L, S).shape[1] == L * min(k, S)
 
 
-@pytest.mark.parametrize("make", [lambda s: P.random(3, seed=s), lambda s: P.random(12, seed=s),
-                                  lambda s: P.bigbird(2, 1, 1, 2, seed=s)])
+@pytest.mark.parametrize(
+    "make", [lambda s: P.random(3, seed=s), lambda s: P.random(12, seed=s), lambda s: P.bigbird(2, 1, 1, 2, seed=s)]
+)
 def test_seeds_reproducible_and_distinct(make):
     """Same seed, same edges; another seed, other edges; torch's global RNG state unchanged."""
     state = torch.get_rng_state()
@@ -197,8 +220,9 @@ def test_random_is_roughly_uniform():
     assert counts.min() > 300 and counts.max() < 500  # expected 400 each, sd 18
 
 
-@pytest.mark.parametrize("k, S, L", [(2, 16, 12000), (2, 5, 5000), (3, 5, 5000)],
-                         ids=["rejection-draw", "dense-draw-k2", "dense-draw-k3"])
+@pytest.mark.parametrize(
+    "k, S, L", [(2, 16, 12000), (2, 5, 5000), (3, 5, 5000)], ids=["rejection-draw", "dense-draw-k2", "dense-draw-k3"]
+)
 def test_random_subsets_are_uniform_in_both_draws(k, S, L):
     """Every k-subset of the S keys is equally likely (C(S, k) subsets, L / C(S, k) expected each):
     the rejection draw (8 k <= S) and the top-k-of-uniforms draw (8 k > S) alike."""
@@ -251,11 +275,16 @@ def test_bigbird_default_name():
 
 
 # ---------------------------------------------------------------- composition, names, kind
-@pytest.mark.parametrize("a, b", [
-    (P.window(2, 2), P.global_tokens([0])), (P.strided(3), P.fixed(4, 1)),
-    (P.causal(), P.random(4, seed=2)), (P.bigbird(2, 1, 1, 1), P.window(1, 0)),
-],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (P.window(2, 2), P.global_tokens([0])),
+        (P.strided(3), P.fixed(4, 1)),
+        (P.causal(), P.random(4, seed=2)),
+        (P.bigbird(2, 1, 1, 1), P.window(1, 0)),
+    ],
+    ids=lambda p: p.name,
+)
 @pytest.mark.parametrize("L, S", [(12, 12), (7, 12), (12, 7)])
 def test_composition_matches_mask_algebra(a, b, L, S):
     """Reference: ``|`` and ``&`` of the parts' dense masks."""
@@ -278,13 +307,23 @@ def test_names_and_repr():
         assert torch.equal(eval(repr(p), vars(P)).mask(12, 9), p.mask(12, 9)), repr(p)
 
 
-@pytest.mark.parametrize("p, kind", [
-    (P.full(), "full"), (P.causal(), "causal"), (P.window(2, 2), None), (P.strided(4), None),
-    (P.full() | P.window(1, 1), "full"), (P.causal() & P.full(), "causal"),
-    (P.causal() | P.causal(), "causal"), (P.causal() | P.global_tokens([0]), None),
-    (P.flash_window(-1, 0), "causal"), (P.window(None, None), "full"),
-    (P.random(3).bind(5), None),
-], ids=lambda x: getattr(x, "name", str(x)))
+@pytest.mark.parametrize(
+    "p, kind",
+    [
+        (P.full(), "full"),
+        (P.causal(), "causal"),
+        (P.window(2, 2), None),
+        (P.strided(4), None),
+        (P.full() | P.window(1, 1), "full"),
+        (P.causal() & P.full(), "causal"),
+        (P.causal() | P.causal(), "causal"),
+        (P.causal() | P.global_tokens([0]), None),
+        (P.flash_window(-1, 0), "causal"),
+        (P.window(None, None), "full"),
+        (P.random(3).bind(5), None),
+    ],
+    ids=lambda x: getattr(x, "name", str(x)),
+)
 def test_kind_for_dispatch(p, kind):
     """Known kinds; a pattern of kind full/causal has exactly full()'s or causal()'s mask."""
     assert p.kind == kind
@@ -299,6 +338,7 @@ def test_topk_against_brute_force_with_ties():
     g = torch.Generator().manual_seed(0)
     scores = torch.randint(0, 4, (9, 11), generator=g).double()  # many ties
     for k in [0, 1, 3, 11, 20]:
+
         def rule(i, j, k=k):
             ranked = sorted(range(11), key=lambda c: (-scores[i, c].item(), c))
             return j in ranked[:k]
@@ -373,8 +413,7 @@ def test_stats_known_cases():
     assert s["edges_per_query_mean"] == pytest.approx(4.5)
 
 
-@pytest.mark.parametrize("p", [P.strided(4), P.strided(5), P.fixed(4, 1), P.fixed(8, 2)],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("p", [P.strided(4), P.strided(5), P.fixed(4, 1), P.fixed(8, 2)], ids=lambda p: p.name)
 def test_stats_sparse_transformer_two_hops(p):
     """Child et al. 2019: both factorisations connect every j <= i within p = 2 hops."""
     assert P.stats(p, 32, p=2)["reachable_within_p"]
@@ -393,8 +432,9 @@ def test_stats_disconnected_and_large():
     assert P.stats(P.full(), 0)["edges"] == 0
 
 
-@pytest.mark.parametrize("p", [P.strided(5), P.window(2, 1), P.global_tokens([3]) | P.window(0, 1)],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "p", [P.strided(5), P.window(2, 1), P.global_tokens([3]) | P.window(0, 1)], ids=lambda p: p.name
+)
 @pytest.mark.parametrize("hops", [1, 2, 3, 40])
 def test_stats_reachability_equals_networkx_bfs(p, hops):
     """Reference: networkx shortest path lengths on the edge list; every parent pair within p hops."""
@@ -409,6 +449,7 @@ def test_stats_reachability_equals_networkx_bfs(p, hops):
 
 def test_stats_on_long_inputs_count_from_the_edges(monkeypatch):
     """At L = 20000 no dense (L, L) view is built (mask() is made to fail); counts are known answers."""
+
     def no_dense(*args, **kwargs):
         raise AssertionError("stats built a dense mask")
 
@@ -432,9 +473,16 @@ def test_create_block_mask_accepts_mask_mod():
         assert torch.equal(dense, p.mask(L, S))
 
 
-@pytest.mark.parametrize("p", [P.window(3, 1, 2) | P.global_tokens([0, 4]), P.fixed(4, 1),
-                               P.bigbird(3).bind(12, 9), P.topk(torch.randn(12, 9), 3)],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "p",
+    [
+        P.window(3, 1, 2) | P.global_tokens([0, 4]),
+        P.fixed(4, 1),
+        P.bigbird(3).bind(12, 9),
+        P.topk(torch.randn(12, 9), 3),
+    ],
+    ids=lambda p: p.name,
+)
 def test_mask_mod_traces_without_graph_breaks(p):
     """torch.compile(fullgraph=True) traces mask_mod; the compiled result equals the mask."""
     torch._dynamo.reset()
@@ -451,36 +499,44 @@ def test_unbound_size_dependent_mask_mod_raises():
 
 
 # ---------------------------------------------------------------- bad parameters
-@pytest.mark.parametrize("call, error, message", [
-    (lambda: P.strided(0), ValueError, "Expected 'stride' to be a positive int <= 2**62 (got 0)"),
-    (lambda: P.strided(2.5), TypeError, "Expected 'stride' to be a positive int (got 2.5)"),
-    (lambda: P.window(-1, 2), ValueError, "Expected 'left' to be a non-negative int <= 2**62 (got -1)"),
-    (lambda: P.window(1, True), TypeError, "'right'"),
-    (lambda: P.window(1, 1, 0), ValueError, "'dilation' to be a positive int <= 2**62 (got 0)"),
-    (lambda: P.fixed(4, 5), ValueError, "Expected 'summary' to be an int in [0, 4] (got 5)"),
-    (lambda: P.fixed(0, 0), ValueError, "'block'"),
-    (lambda: P.longformer_window(3), ValueError, "even"),
-    (lambda: P.random(-1), ValueError, "'k'"),
-    (lambda: P.random(2, seed="a"), TypeError, "'seed'"),
-    (lambda: P.bigbird(0), ValueError, "'block'"),
-    (lambda: P.bigbird(4, random_blocks=-2), ValueError, "'random_blocks'"),
-    (lambda: P.global_tokens([-1]), ValueError, "'indices'"),
-    (lambda: P.topk(torch.randn(3, 3), -1), ValueError, "'k'"),
-    (lambda: P.threshold(torch.randn(3, 3), "0.5"), TypeError, "'tau'"),
-    (lambda: P.full().edge_index(-1), ValueError, "Expected 'L' to be an int in [0, 2147483647] (got -1)"),
-    (lambda: P.causal().mask(3, 2.0), TypeError, "'S'"),
-    (lambda: P.stats(P.full(), 4, p=0), ValueError, "'p'"),
-    (lambda: P.stats("full", 4), TypeError, "Expected 'pattern' to be a graphattn.patterns.Pattern (got str)"),
-    (lambda: P.window(2 ** 70, 1), ValueError, "Expected 'left' to be a non-negative int <= 2**62"),
-    (lambda: P.random(2, seed=2 ** 64), ValueError, "Expected 'seed' to be an int in [-9223372036854775808, "),
-    (lambda: P.full().edge_index(2 ** 31), ValueError, "Expected 'L' to be an int in [0, 2147483647]"),
-    (lambda: P.full().edge_index(2 ** 16), ValueError, "Expected 'L and S' to be sizes giving at most 2147483648 edges"),
-    (lambda: P.causal().edge_index(2 ** 17), ValueError, "'L and S'"),
-    (lambda: P.bigbird(1).mask(50000), ValueError, "'L * S'"),
-    (lambda: P.threshold(torch.randn(3, 3), float("nan")), ValueError, "Expected 'tau' to be a finite float"),
-    (lambda: P.global_tokens("0"), TypeError, "Expected 'indices' to be an int or a sequence"),
-    (lambda: P.flash_window(-2, 0), ValueError, "Expected 'left' to be an int >= -1 (got -2)"),
-], ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: P.strided(0), ValueError, "Expected 'stride' to be a positive int <= 2**62 (got 0)"),
+        (lambda: P.strided(2.5), TypeError, "Expected 'stride' to be a positive int (got 2.5)"),
+        (lambda: P.window(-1, 2), ValueError, "Expected 'left' to be a non-negative int <= 2**62 (got -1)"),
+        (lambda: P.window(1, True), TypeError, "'right'"),
+        (lambda: P.window(1, 1, 0), ValueError, "'dilation' to be a positive int <= 2**62 (got 0)"),
+        (lambda: P.fixed(4, 5), ValueError, "Expected 'summary' to be an int in [0, 4] (got 5)"),
+        (lambda: P.fixed(0, 0), ValueError, "'block'"),
+        (lambda: P.longformer_window(3), ValueError, "even"),
+        (lambda: P.random(-1), ValueError, "'k'"),
+        (lambda: P.random(2, seed="a"), TypeError, "'seed'"),
+        (lambda: P.bigbird(0), ValueError, "'block'"),
+        (lambda: P.bigbird(4, random_blocks=-2), ValueError, "'random_blocks'"),
+        (lambda: P.global_tokens([-1]), ValueError, "'indices'"),
+        (lambda: P.topk(torch.randn(3, 3), -1), ValueError, "'k'"),
+        (lambda: P.threshold(torch.randn(3, 3), "0.5"), TypeError, "'tau'"),
+        (lambda: P.full().edge_index(-1), ValueError, "Expected 'L' to be an int in [0, 2147483647] (got -1)"),
+        (lambda: P.causal().mask(3, 2.0), TypeError, "'S'"),
+        (lambda: P.stats(P.full(), 4, p=0), ValueError, "'p'"),
+        (lambda: P.stats("full", 4), TypeError, "Expected 'pattern' to be a graphattn.patterns.Pattern (got str)"),
+        (lambda: P.window(2**70, 1), ValueError, "Expected 'left' to be a non-negative int <= 2**62"),
+        (lambda: P.random(2, seed=2**64), ValueError, "Expected 'seed' to be an int in [-9223372036854775808, "),
+        (lambda: P.full().edge_index(2**31), ValueError, "Expected 'L' to be an int in [0, 2147483647]"),
+        (
+            lambda: P.full().edge_index(2**16),
+            ValueError,
+            "Expected 'L and S' to be sizes giving at most 2147483648 edges",
+        ),
+        (lambda: P.causal().edge_index(2**17), ValueError, "'L and S'"),
+        (lambda: P.bigbird(1).mask(50000), ValueError, "'L * S'"),
+        (lambda: P.threshold(torch.randn(3, 3), float("nan")), ValueError, "Expected 'tau' to be a finite float"),
+        (lambda: P.global_tokens("0"), TypeError, "Expected 'indices' to be an int or a sequence"),
+        (lambda: P.flash_window(-2, 0), ValueError, "Expected 'left' to be an int >= -1 (got -2)"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
 def test_bad_parameters(call, error, message):
     """Each refusal is validate's template naming the argument, raised before anything is built."""
     with pytest.raises(error) as info:
@@ -490,6 +546,7 @@ def test_bad_parameters(call, error, message):
 
 def test_is_pattern_is_an_isinstance_check():
     """Known answers: patterns (composed, bound) are patterns; tensors and look-alikes are not."""
+
     class LooksLikeOne:
         kind = None
 
@@ -509,7 +566,25 @@ def test_every_public_name_is_importable_from_graphattn_patterns():
     """The split into a package keeps ``graphattn.patterns.<name>`` for every documented name."""
     import graphattn
 
-    for name in ["Pattern", "is_pattern", "full", "causal", "window", "dilated", "longformer_window",
-                 "flash_window", "strided", "fixed", "global_tokens", "random", "bigbird", "longformer",
-                 "topk", "topk_mask", "threshold", "stats", "DIAMETER_MAX_L"]:
+    for name in [
+        "Pattern",
+        "is_pattern",
+        "full",
+        "causal",
+        "window",
+        "dilated",
+        "longformer_window",
+        "flash_window",
+        "strided",
+        "fixed",
+        "global_tokens",
+        "random",
+        "bigbird",
+        "longformer",
+        "topk",
+        "topk_mask",
+        "threshold",
+        "stats",
+        "DIAMETER_MAX_L",
+    ]:
         assert name in P.__all__ and getattr(graphattn.patterns, name) is getattr(P, name)

@@ -9,6 +9,7 @@ the documented exception type with validate's template naming the argument,
 
 Hypothesis runs derandomised (the same examples on every run, no database).
 """
+
 import math
 
 import networkx as nx
@@ -23,14 +24,15 @@ from hypothesis import strategies as st
 from graphattn import analysis, dense, graphs
 from graphattn import patterns as P
 
-SETTINGS = settings(max_examples=50, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
-HUGE = 2 ** 62 + 1  # above validate.MAX_INDEX: every size and count refuses it
+SETTINGS = settings(
+    max_examples=50, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+HUGE = 2**62 + 1  # above validate.MAX_INDEX: every size and count refuses it
 
 sizes = st.integers(0, 9)
 positive = st.integers(1, 9)
 not_an_int = st.one_of(st.floats(allow_nan=True), st.booleans(), st.text(max_size=2), st.just([1]))
-bad_count = st.one_of(st.integers(max_value=-1), st.integers(min_value=HUGE, max_value=10 ** 30))
+bad_count = st.one_of(st.integers(max_value=-1), st.integers(min_value=HUGE, max_value=10**30))
 
 
 def raises_naming(error, name, call):
@@ -91,12 +93,14 @@ def test_edge_weights_to_dense_sums_like_a_python_loop(edges, heads):
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.integers(0, 2 ** 31 - 1), st.integers(0, 2 ** 31 - 1)), max_size=12),
-       st.sampled_from([torch.int32, torch.int64]))
+@given(
+    st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1)), max_size=12),
+    st.sampled_from([torch.int32, torch.int64]),
+)
 def test_sort_edge_index_is_pythons_stable_sort_even_where_i_times_s_wraps_int32(edges, dtype):
     """Key (target, source), stable; S = 2**31 makes i * S + j overflow int32 (and int64 for big i)."""
     edge_index = torch.tensor(edges, dtype=dtype).reshape(-1, 2).T
-    got, perm = graphs.sort_edge_index(edge_index, 2 ** 31)
+    got, perm = graphs.sort_edge_index(edge_index, 2**31)
     expected = sorted(range(len(edges)), key=lambda e: (edges[e][1], edges[e][0], e))
     assert perm.tolist() == expected and got.dtype == dtype
     assert as_pairs(got) == [edges[e] for e in expected]
@@ -131,15 +135,27 @@ def test_nodes_to_padded_places_each_node_like_a_python_loop(batch_ids, extra, r
 @SETTINGS
 @given(st.one_of(bad_count, not_an_int, st.tuples(st.integers(-5, -1), positive)))
 def test_graphs_refuse_bad_sizes_naming_size(size):
-    raises_naming((TypeError, ValueError), "size", lambda: graphs.edge_index_to_mask(torch.zeros(2, 0, dtype=torch.long), size))
+    raises_naming(
+        (TypeError, ValueError), "size", lambda: graphs.edge_index_to_mask(torch.zeros(2, 0, dtype=torch.long), size)
+    )
 
 
 @SETTINGS
-@given(st.one_of(st.just([[0, 1], [1, 0]]), st.just(torch.zeros(2, 2)), st.just(torch.zeros(3, 2, dtype=torch.long)),
-                 st.just(torch.tensor([[0, -1], [0, 0]])), st.just(torch.tensor([[0, 7], [0, 0]]))))
+@given(
+    st.one_of(
+        st.just([[0, 1], [1, 0]]),
+        st.just(torch.zeros(2, 2)),
+        st.just(torch.zeros(3, 2, dtype=torch.long)),
+        st.just(torch.tensor([[0, -1], [0, 0]])),
+        st.just(torch.tensor([[0, 7], [0, 0]])),
+    )
+)
 def test_graphs_refuse_bad_edge_lists_naming_edge_index(edge_index):
-    raises_naming((TypeError, ValueError, IndexError), "edge_index",
-                  lambda: graphs.edge_weights_to_dense(edge_index, torch.ones(2), 3))
+    raises_naming(
+        (TypeError, ValueError, IndexError),
+        "edge_index",
+        lambda: graphs.edge_weights_to_dense(edge_index, torch.ones(2), 3),
+    )
 
 
 # ---------------------------------------------------------------------------------------- patterns
@@ -154,15 +170,21 @@ def fixed_rule(ell, c):
 
 
 def window_rule(left, right, d):
-    return lambda i, j: (j - i) % d == 0 and (left is None or j - i >= -left * d) \
-        and (right is None or j - i <= right * d)
+    return lambda i, j: (
+        (j - i) % d == 0 and (left is None or j - i >= -left * d) and (right is None or j - i <= right * d)
+    )
 
 
 @st.composite
 def patterns_with_rules(draw, depth=1):
     """A pattern and its reference rule, written from the definitions (not from the code)."""
-    kind = draw(st.sampled_from(["full", "causal", "window", "strided", "fixed", "global", "compose"]
-                                if depth else ["window", "strided", "global"]))
+    kind = draw(
+        st.sampled_from(
+            ["full", "causal", "window", "strided", "fixed", "global", "compose"]
+            if depth
+            else ["window", "strided", "global"]
+        )
+    )
     if kind == "full":
         return P.full(), lambda i, j: True
     if kind == "causal":
@@ -197,7 +219,7 @@ def test_pattern_views_equal_the_rule_from_the_definition(pattern_rule, L, S):
 
 
 @SETTINGS
-@given(st.integers(0, 12), sizes, sizes, st.integers(0, 2 ** 64 - 1))
+@given(st.integers(0, 12), sizes, sizes, st.integers(0, 2**64 - 1))
 def test_random_draws_min_k_s_distinct_keys_reproducibly(k, L, S, seed):
     """Known answer: each query has exactly min(k, S) distinct keys in [0, S); same seed, same draw."""
     edge_index = P.random(k, seed=seed).edge_index(L, S)
@@ -265,13 +287,22 @@ def test_stats_equal_networkx_on_the_rules_graph(pattern_rule, L, p):
 
 
 BUILDERS = [  # (call with one bad argument, the argument's name)
-    (lambda v: P.window(v, 1), "left"), (lambda v: P.window(1, v), "right"), (lambda v: P.window(1, 1, v), "dilation"),
-    (lambda v: P.strided(v), "stride"), (lambda v: P.fixed(v, 0), "block"), (lambda v: P.random(v), "k"),
-    (lambda v: P.bigbird(v), "block"), (lambda v: P.bigbird(2, random_blocks=v), "random_blocks"),
-    (lambda v: P.global_tokens([v]), "indices"), (lambda v: P.longformer_window(v), "w"),
-    (lambda v: P.full().edge_index(v), "L"), (lambda v: P.causal().mask(3, v), "S"),
-    (lambda v: P.stats(P.full(), v), "L"), (lambda v: P.stats(P.full(), 3, p=v), "p"),
-    (lambda v: P.topk(torch.zeros(2, 2), v), "k"), (lambda v: P.topk_mask(torch.zeros(2, 2), v), "k"),
+    (lambda v: P.window(v, 1), "left"),
+    (lambda v: P.window(1, v), "right"),
+    (lambda v: P.window(1, 1, v), "dilation"),
+    (lambda v: P.strided(v), "stride"),
+    (lambda v: P.fixed(v, 0), "block"),
+    (lambda v: P.random(v), "k"),
+    (lambda v: P.bigbird(v), "block"),
+    (lambda v: P.bigbird(2, random_blocks=v), "random_blocks"),
+    (lambda v: P.global_tokens([v]), "indices"),
+    (lambda v: P.longformer_window(v), "w"),
+    (lambda v: P.full().edge_index(v), "L"),
+    (lambda v: P.causal().mask(3, v), "S"),
+    (lambda v: P.stats(P.full(), v), "L"),
+    (lambda v: P.stats(P.full(), 3, p=v), "p"),
+    (lambda v: P.topk(torch.zeros(2, 2), v), "k"),
+    (lambda v: P.topk_mask(torch.zeros(2, 2), v), "k"),
 ]
 
 
@@ -283,14 +314,21 @@ def test_pattern_arguments_refuse_bad_ints_naming_them(builder, value):
 
 
 @SETTINGS
-@given(st.one_of(st.just(float("nan")), st.just(float("inf")), st.integers(2 ** 64, 10 ** 30),
-                 st.integers(max_value=-2 ** 63 - 1), not_an_int.filter(lambda v: not isinstance(v, float))))
+@given(
+    st.one_of(
+        st.just(float("nan")),
+        st.just(float("inf")),
+        st.integers(2**64, 10**30),
+        st.integers(max_value=-(2**63) - 1),
+        not_an_int.filter(lambda v: not isinstance(v, float)),
+    )
+)
 def test_seeds_outside_torchs_range_are_refused_naming_seed(seed):
     raises_naming((TypeError, ValueError), "seed", lambda: P.random(2, seed=seed))
 
 
 @SETTINGS
-@given(st.sampled_from([P.full(), P.window(2, 2), P.random(3)]), st.integers(2 ** 16, 2 ** 24))
+@given(st.sampled_from([P.full(), P.window(2, 2), P.random(3)]), st.integers(2**16, 2**24))
 def test_sizes_too_large_to_build_are_refused_before_allocating(pattern, L):
     """The dense mask of L >= 2**16 queries has L * L > 2**31 entries: refused, naming L * S."""
     raises_naming(ValueError, "L * S", lambda: pattern.mask(L))
@@ -307,8 +345,12 @@ def weighted_layers(draw, max_nodes=5):
     edge_index = graphs.mask_to_edge_index(torch.tensor(mask, dtype=torch.bool).reshape(n, n))
     layers, heads = draw(st.integers(1, 3)), draw(st.integers(1, 2))
     size = edge_index.size(1) * heads
-    alphas = [torch.tensor(draw(st.lists(st.floats(0, 1), min_size=size, max_size=size)),
-                           dtype=torch.float64).reshape(-1, heads) for _ in range(layers)]
+    alphas = [
+        torch.tensor(draw(st.lists(st.floats(0, 1), min_size=size, max_size=size)), dtype=torch.float64).reshape(
+            -1, heads
+        )
+        for _ in range(layers)
+    ]
     return edge_index, alphas, n
 
 
@@ -371,10 +413,14 @@ def test_pagerank_solves_the_damped_random_walk(layers, damping):
 @given(st.integers(2, 5), st.integers(1, 4), st.integers(-300, 300))
 def test_cosine_similarity_is_the_mean_over_pairs_at_any_scale(n, f, exponent):
     """Reference: math.fsum over pairs i != j of cos(x_i, x_j); rows scaled by 10**exponent (float64 range)."""
-    x = (torch.rand(n, f, dtype=torch.float64) + 0.1) * 10.0 ** exponent
-    rows = [[v / 10.0 ** exponent for v in r] for r in x.tolist()]  # the same directions at unit scale
-    cos = [sum(a * b for a, b in zip(rows[i], rows[j])) / math.hypot(*rows[i]) / math.hypot(*rows[j])
-           for i in range(n) for j in range(n) if i != j]
+    x = (torch.rand(n, f, dtype=torch.float64) + 0.1) * 10.0**exponent
+    rows = [[v / 10.0**exponent for v in r] for r in x.tolist()]  # the same directions at unit scale
+    cos = [
+        sum(a * b for a, b in zip(rows[i], rows[j])) / math.hypot(*rows[i]) / math.hypot(*rows[j])
+        for i in range(n)
+        for j in range(n)
+        if i != j
+    ]
     assert analysis.mean_cosine_similarity(x) == pytest.approx(math.fsum(cos) / len(cos), abs=1e-12)
 
 
@@ -400,15 +446,25 @@ def test_analysis_refuses_nan_inf_and_negative_weights_naming_them(bad, function
 @given(st.sampled_from(["rollout", "self_share", "networkx"]), st.sampled_from([[[0, 0], [0, 1]], ((0, 1), (1, 1))]))
 def test_analysis_refuses_list_edge_lists_naming_edge_index(function, edges):
     alpha = torch.ones(2, 1)
-    call = {"rollout": lambda: analysis.attention_rollout(edges, [alpha]),
-            "self_share": lambda: analysis.self_share(edges, alpha),
-            "networkx": lambda: analysis.to_networkx(edges, alpha)}[function]
+    call = {
+        "rollout": lambda: analysis.attention_rollout(edges, [alpha]),
+        "self_share": lambda: analysis.self_share(edges, alpha),
+        "networkx": lambda: analysis.to_networkx(edges, alpha),
+    }[function]
     raises_naming(TypeError, "edge_index", call)
 
 
 @SETTINGS
-@given(st.one_of(st.floats(max_value=0.0), st.floats(min_value=1.0), st.just(float("nan")),
-                 st.booleans(), st.text(max_size=2), st.just([0.5])))
+@given(
+    st.one_of(
+        st.floats(max_value=0.0),
+        st.floats(min_value=1.0),
+        st.just(float("nan")),
+        st.booleans(),
+        st.text(max_size=2),
+        st.just([0.5]),
+    )
+)
 def test_pagerank_refuses_a_damping_outside_the_open_unit_interval(damping):
     graph = analysis.to_networkx(torch.tensor([[0], [0]]), torch.ones(1))
     raises_naming((TypeError, ValueError), "alpha", lambda: analysis.attention_pagerank(graph, alpha=damping))
@@ -426,7 +482,7 @@ def test_out_of_range_edges_raise_index_error_naming_edge_index(n, excess):
 @st.composite
 def attention_inputs(draw):
     L, S, heads, d = draw(positive), draw(positive), draw(st.integers(1, 2)), draw(st.integers(1, 3))
-    g = torch.Generator().manual_seed(draw(st.integers(0, 2 ** 32)))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**32)))
     x, x_kv = torch.randn(L, 4, generator=g, dtype=torch.float64), torch.randn(S, 4, generator=g, dtype=torch.float64)
     w = [torch.randn(4, heads * d, generator=g, dtype=torch.float64) for _ in range(3)]
     bits = draw(st.lists(st.booleans(), min_size=L * S, max_size=L * S))
@@ -439,8 +495,9 @@ def test_six_steps_equals_sdpa_and_empty_rows_are_zero(inputs):
     x, x_kv, w, mask, heads = inputs
     steps = dense.six_steps(x, *w, mask, heads=heads, x_kv=x_kv)
     has_key = mask.any(1)  # (L,) SDPA gives NaN on rows with no key; the oracle defines them as 0
-    reference = F.scaled_dot_product_attention(steps.queries, steps.keys, steps.values,
-                                               attn_mask=mask | ~has_key[:, None])  # (H, L, D)
+    reference = F.scaled_dot_product_attention(
+        steps.queries, steps.keys, steps.values, attn_mask=mask | ~has_key[:, None]
+    )  # (H, L, D)
     reference = reference.transpose(0, 1).flatten(-2)  # (L, H * D)
     assert torch.isfinite(steps.output).all()
     assert_close(steps.output[has_key], reference[has_key])

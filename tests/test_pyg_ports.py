@@ -18,12 +18,12 @@ import graphattn.routing
 from tests.conftest import assert_close
 
 X = torch.randn(8, 3, generator=torch.Generator().manual_seed(1))
-EDGE_INDEX = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7],
-                           [1, 0, 2, 1, 3, 2, 4, 3, 5, 4, 6, 5, 7, 6]])
+EDGE_INDEX = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7], [1, 0, 2, 1, 3, 2, 4, 3, 5, 4, 6, 5, 7, 6]])
 BATCH = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])
 
 
 # -- models: the same network on graphattn's layer and on PyG's -------------------------------------
+
 
 class Net(torch.nn.Module):
     def __init__(self, layer, out_channels=7, graph_level=False):
@@ -47,13 +47,20 @@ def twin_models(**kwargs):
 
 def explain(model, algorithm, seed=0, **kwargs):
     config = dict(mode="multiclass_classification", task_level=kwargs.pop("task_level", "node"), return_type="raw")
-    explainer = Explainer(model=model, algorithm=algorithm, explanation_type="model",
-                          edge_mask_type="object", model_config=config, **kwargs.pop("explainer", {}))
+    explainer = Explainer(
+        model=model,
+        algorithm=algorithm,
+        explanation_type="model",
+        edge_mask_type="object",
+        model_config=config,
+        **kwargs.pop("explainer", {}),
+    )
     torch.manual_seed(seed)
     return explainer(X, EDGE_INDEX, **kwargs)
 
 
 # -- test/explain/algorithm/test_attention_explainer.py --------------------------------------------
+
 
 @pytest.mark.parametrize("index", [None, 2, torch.arange(3)], ids=["all", "int", "range"])
 def test_attention_explainer_equals_pyg(index):
@@ -73,6 +80,7 @@ def test_attention_explainer_leaves_the_fast_path_only_while_it_runs():
 
 # -- test/explain/algorithm/test_gnn_explainer.py ---------------------------------------------------
 
+
 @pytest.mark.parametrize("task_level", ["node", "graph"])
 @pytest.mark.parametrize("node_mask_type", [None, "object", "attributes"])
 @pytest.mark.parametrize("index", [None, 2], ids=["all", "int"])
@@ -90,6 +98,7 @@ def test_gnn_explainer_equals_pyg(task_level, node_mask_type, index):
 
 
 # -- MessagePassing machinery: explain mode, edge masks, message hooks ------------------------------
+
 
 @pytest.mark.parametrize("apply_sigmoid", [True, False])
 def test_explain_mode_edge_mask_equals_pyg(apply_sigmoid):
@@ -118,6 +127,7 @@ def test_message_hooks_fire_and_see_pyg_messages():
 
 
 # -- the same machinery on AttentionConv (MHA semantics) --------------------------------------------
+
 
 def attention_conv_pair():
     fast = ga.AttentionConv(3, 4, heads=2).double()

@@ -40,6 +40,7 @@ def twin(ours, ref_cls, *args, **kwargs):
 
 # -- test/nn/conv/test_transformer_conv.py ---------------------------------------------------------
 
+
 def test_transformer_conv():
     x1 = torch.randn(4, 8)
     x2 = torch.randn(2, 16)
@@ -47,7 +48,7 @@ def test_transformer_conv():
     adj1 = to_torch_csc_tensor(edge_index, size=(4, 4))
 
     conv = ga.TransformerConv(8, 32, heads=2, beta=True)
-    assert str(conv) == 'TransformerConv(8, 32, heads=2)'
+    assert str(conv) == "TransformerConv(8, 32, heads=2)"
 
     out = conv(x1, edge_index)
     assert out.size() == (4, 64)
@@ -76,7 +77,7 @@ def test_transformer_conv():
     adj1 = to_torch_csc_tensor(edge_index, size=(4, 2))
 
     conv = ga.TransformerConv((8, 16), 32, heads=2, beta=True)
-    assert str(conv) == 'TransformerConv((8, 16), 32, heads=2)'
+    assert str(conv) == "TransformerConv((8, 16), 32, heads=2)"
 
     out = conv((x1, x2), edge_index)
     assert out.size() == (2, 64)
@@ -91,6 +92,7 @@ def test_transformer_conv():
 
 # -- test/nn/conv/test_gat_conv.py -----------------------------------------------------------------
 
+
 def test_gat_conv():
     x1 = torch.randn(4, 8)
     x2 = torch.randn(2, 16)
@@ -98,7 +100,7 @@ def test_gat_conv():
     adj1 = to_torch_csc_tensor(edge_index, size=(4, 4))
 
     conv = ga.GATConv(8, 32, heads=2)
-    assert str(conv) == 'GATConv(8, 32, heads=2)'
+    assert str(conv) == "GATConv(8, 32, heads=2)"
     out = conv(x1, edge_index)
     assert out.size() == (4, 64)
     assert torch.allclose(conv(x1, edge_index, size=(4, 4)), out)
@@ -130,7 +132,7 @@ def test_gat_conv():
     adj1 = to_torch_csc_tensor(edge_index, size=(4, 2))
 
     conv = ga.GATConv((8, 16), 32, heads=2)
-    assert str(conv) == 'GATConv((8, 16), 32, heads=2)'
+    assert str(conv) == "GATConv((8, 16), 32, heads=2)"
 
     out1 = conv((x1, x2), edge_index)
     assert out1.size() == (2, 64)
@@ -150,8 +152,9 @@ def test_gat_conv():
         assert torch.allclose(conv((x1, None), adj2.t()), out2, atol=1e-6)
 
 
-@pytest.mark.parametrize("cls, ref_cls", [(ga.GATConv, PyGGATConv), (ga.GATv2Conv, PyGGATv2Conv)],
-                         ids=["GATConv", "GATv2Conv"])
+@pytest.mark.parametrize(
+    "cls, ref_cls", [(ga.GATConv, PyGGATConv), (ga.GATv2Conv, PyGGATv2Conv)], ids=["GATConv", "GATv2Conv"]
+)
 def test_gat_conv_with_edge_attr(cls, ref_cls):
     """PyG's test_gat_conv_with_edge_attr and test_gatv2_conv_with_edge_attr (same four layers)."""
     x = torch.randn(4, 8)
@@ -159,8 +162,12 @@ def test_gat_conv_with_edge_attr(cls, ref_cls):
     edge_weight = torch.randn(edge_index.size(1))
     edge_attr = torch.randn(edge_index.size(1), 4)
 
-    for edge_dim, fill_value, attr in [(1, 0.5, edge_weight), (1, 'mean', edge_weight),
-                                       (4, 0.5, edge_attr), (4, 'mean', edge_attr)]:
+    for edge_dim, fill_value, attr in [
+        (1, 0.5, edge_weight),
+        (1, "mean", edge_weight),
+        (4, 0.5, edge_attr),
+        (4, "mean", edge_attr),
+    ]:
         conv = cls(8, 32, heads=2, edge_dim=edge_dim, fill_value=fill_value)
         out = conv(x, edge_index, attr)
         assert out.size() == (4, 64)
@@ -185,6 +192,7 @@ def test_gat_conv_empty_edge_index(cls):
 
 # -- test/nn/conv/test_gatv2_conv.py ---------------------------------------------------------------
 
+
 def test_gatv2_conv():
     x1 = torch.randn(4, 8)
     x2 = torch.randn(2, 8)
@@ -192,7 +200,7 @@ def test_gatv2_conv():
     adj1 = to_torch_csc_tensor(edge_index, size=(4, 4))
 
     conv = ga.GATv2Conv(8, 32, heads=2)
-    assert str(conv) == 'GATv2Conv(8, 32, heads=2)'
+    assert str(conv) == "GATv2Conv(8, 32, heads=2)"
     out = conv(x1, edge_index)
     assert out.size() == (4, 64)
     assert torch.allclose(conv(x1, edge_index), out)

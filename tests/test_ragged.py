@@ -7,12 +7,17 @@ import graphattn as ga
 from graphattn.ops import batched_attention
 from tests.conftest import DTYPES, assert_close
 
-PATTERNS = [pytest.param(ga.patterns.full(), id="full"), pytest.param(ga.patterns.causal(), id="causal"),
-            pytest.param(ga.patterns.window(1, 0), id="window_1_0")]
+PATTERNS = [
+    pytest.param(ga.patterns.full(), id="full"),
+    pytest.param(ga.patterns.causal(), id="causal"),
+    pytest.param(ga.patterns.window(1, 0), id="window_1_0"),
+]
 
 
-LENGTHS = [pytest.param([3, 0, 5, 1, 7, 5, 0], id="similar"),  # empty graphs, a single node, a prime
-           pytest.param([1, 40, 2, 0, 3, 2, 1, 5, 2, 3], id="uneven")]  # padding > MAX_PADDING x work: grouped
+LENGTHS = [
+    pytest.param([3, 0, 5, 1, 7, 5, 0], id="similar"),  # empty graphs, a single node, a prime
+    pytest.param([1, 40, 2, 0, 3, 2, 1, 5, 2, 3], id="uneven"),
+]  # padding > MAX_PADDING x work: grouped
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

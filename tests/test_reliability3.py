@@ -58,8 +58,9 @@ def test_uncoalesced_coo_adjacency_equals_pyg_on_the_coalesced_tensor():
 # -- lazy sizes on AttentionConv ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("in_channels,known", [((-1, -1), (3, 7)), (-1, 5), ((-1, -1, -1), (3, 2, 7))],
-                         ids=["pair", "int", "triple"])
+@pytest.mark.parametrize(
+    "in_channels,known", [((-1, -1), (3, 7)), (-1, 5), ((-1, -1, -1), (3, 2, 7))], ids=["pair", "int", "triple"]
+)
 def test_attention_conv_lazy_sizes_are_taken_from_the_first_call(in_channels, known):
     lazy = ga.AttentionConv(in_channels, 4, heads=2)
     assert repr(lazy) == f"AttentionConv({in_channels}, 4, heads=2)"
@@ -119,8 +120,11 @@ def test_attention_conv_refuses_other_negative_sizes_and_a_lazy_conversion_names
 def test_transformer_conv_edge_attr_of_another_dtype_is_refused_naming_edge_attr():
     conv = ga.TransformerConv(6, 4, heads=2, edge_dim=3)
     x, edge_index = torch.randn(5, 6), torch.tensor([[0, 1, 2], [1, 2, 0]])
-    with pytest.raises(TypeError, match=r"^Expected 'edge_attr' to be of the layer's dtype torch.float32 "
-                                        r"\(got torch.float64\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"^Expected 'edge_attr' to be of the layer's dtype torch.float32 "
+        r"\(got torch.float64\)",
+    ):
         conv(x, edge_index, torch.randn(3, 3, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"^Expected 'edge_attr' to be of shape \(n, 3\) \(got shape \(3, 2\)\)"):
         conv(x, edge_index, torch.randn(3, 2))
@@ -135,8 +139,11 @@ def test_transformer_conv_features_of_the_wrong_width_or_swapped_pairs_name_the_
     bipartite = ga.TransformerConv((3, 7), 4, heads=2, impl=impl)
     x_src, x_dst = torch.randn(5, 3), torch.randn(4, 7)
     assert bipartite((x_src, x_dst), edge_index).shape == (4, 8)
-    with pytest.raises(ValueError, match=r"^Expected 'x_src' to be of shape \(n, 3\) \(got shape \(4, 7\)\); "
-                                         r"a pair is \(x_src, x_dst\): sources \(keys\) first"):
+    with pytest.raises(
+        ValueError,
+        match=r"^Expected 'x_src' to be of shape \(n, 3\) \(got shape \(4, 7\)\); "
+        r"a pair is \(x_src, x_dst\): sources \(keys\) first",
+    ):
         bipartite((x_dst, x_src), edge_index)
 
 
@@ -163,8 +170,9 @@ def _gpt2_lm():
     """A local GPT-2 with random weights (no download), running graph attention."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=97, n_positions=64, bos_token_id=0,
-                        eos_token_id=0, pad_token_id=0)
+    config = GPT2Config(
+        n_layer=2, n_head=4, n_embd=32, vocab_size=97, n_positions=64, bos_token_id=0, eos_token_id=0, pad_token_id=0
+    )
     torch.manual_seed(1234)
     model = GPT2LMHeadModel(config).eval()
     ga.interop.register()
@@ -180,9 +188,11 @@ def _left_padded():
     return ids, attention_mask
 
 
-PATTERNS = [pytest.param(ga.patterns.window(3, 0), id="window_3_0"),
-            pytest.param(ga.patterns.window(2, 0) | ga.patterns.global_tokens([0]), id="window_2_0|global_0"),
-            pytest.param(ga.patterns.strided(3), id="strided_3")]
+PATTERNS = [
+    pytest.param(ga.patterns.window(3, 0), id="window_3_0"),
+    pytest.param(ga.patterns.window(2, 0) | ga.patterns.global_tokens([0]), id="window_2_0|global_0"),
+    pytest.param(ga.patterns.strided(3), id="strided_3"),
+]
 
 
 @pytest.mark.filterwarnings("ignore:The graphattn.interop mask-graph cache")  # generate() makes a mask per step
@@ -190,8 +200,13 @@ PATTERNS = [pytest.param(ga.patterns.window(3, 0), id="window_3_0"),
 def test_sparsity_with_the_kv_cache_in_generate_gives_the_uncached_tokens(pattern):
     model = _gpt2_lm()
     ids, attention_mask = _left_padded()
-    kwargs = dict(attention_mask=attention_mask, max_new_tokens=10, do_sample=False, output_scores=True,
-                  return_dict_in_generate=True)
+    kwargs = dict(
+        attention_mask=attention_mask,
+        max_new_tokens=10,
+        do_sample=False,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     with ga.interop.sparsity(model, pattern):
         uncached = model.generate(ids, use_cache=False, **kwargs)
         cached = model.generate(ids, use_cache=True, **kwargs)
@@ -214,11 +229,23 @@ def test_sparsity_on_a_continuation_of_past_key_values_equals_the_whole_sequence
     assert_close(rest[valid], whole[:, 6:][valid], torch.float32, atol=1e-4)
 
 
-@pytest.mark.parametrize("pattern", [ga.patterns.full(), ga.patterns.causal(), ga.patterns.window(2, 1),
-                                     ga.patterns.dilated(2, 1, 2), ga.patterns.longformer_window(2),
-                                     ga.patterns.flash_window(1, 0), ga.patterns.global_tokens([0, 3]),
-                                     ga.patterns.strided(3), ga.patterns.fixed(3, 1), ga.patterns.longformer(2),
-                                     ga.patterns.window(1, 0) & ga.patterns.strided(2)], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        ga.patterns.full(),
+        ga.patterns.causal(),
+        ga.patterns.window(2, 1),
+        ga.patterns.dilated(2, 1, 2),
+        ga.patterns.longformer_window(2),
+        ga.patterns.flash_window(1, 0),
+        ga.patterns.global_tokens([0, 3]),
+        ga.patterns.strided(3),
+        ga.patterns.fixed(3, 1),
+        ga.patterns.longformer(2),
+        ga.patterns.window(1, 0) & ga.patterns.strided(2),
+    ],
+    ids=lambda p: p.name,
+)
 @pytest.mark.parametrize("num_q", [1, 3, 9])
 def test_cached_pattern_rows_are_the_last_rows_of_the_whole_sequence(pattern, num_q):
     """The rule view the cache uses (rows S - L .. S - 1) equals the edge view of the whole sequence, with padding."""
@@ -230,19 +257,25 @@ def test_cached_pattern_rows_are_the_last_rows_of_the_whole_sequence(pattern, nu
     valid[2, :8] = False  # one token
     whole = pattern_mask(pattern, graph_from_mask(torch.ones(3, 1, S, S, dtype=torch.bool), None, valid))
     cached = pattern_mask(pattern, graph_from_mask(torch.ones(3, 1, num_q, S, dtype=torch.bool), None, valid))
-    assert torch.equal(cached, whole[:, :, S - num_q:])
+    assert torch.equal(cached, whole[:, :, S - num_q :])
 
 
-@pytest.mark.parametrize("pattern", [ga.patterns.random(2, seed=3), ga.patterns.window(1, 0) | ga.patterns.random(1)],
-                         ids=["random_2", "window_1_0|random_1"])
+@pytest.mark.parametrize(
+    "pattern",
+    [ga.patterns.random(2, seed=3), ga.patterns.window(1, 0) | ga.patterns.random(1)],
+    ids=["random_2", "window_1_0|random_1"],
+)
 def test_sparsity_with_a_length_dependent_pattern_and_the_kv_cache_names_use_cache(pattern):
     """Random draws depend on (L, S): cached keys saw other edges than the uncached run gives the same tokens."""
     model = _gpt2_lm()
     ids, attention_mask = _left_padded()
     with ga.interop.sparsity(model, pattern):
         model.generate(ids, attention_mask=attention_mask, max_new_tokens=2, do_sample=False, use_cache=False)
-        with pytest.raises(NotImplementedError, match=r"Expected 'spec' to be a pattern whose rows do not depend "
-                                                      r"on the sequence length.*use_cache=False"):
+        with pytest.raises(
+            NotImplementedError,
+            match=r"Expected 'spec' to be a pattern whose rows do not depend "
+            r"on the sequence length.*use_cache=False",
+        ):
             model.generate(ids, attention_mask=attention_mask, max_new_tokens=2, do_sample=False, use_cache=True)
 
 
@@ -253,8 +286,11 @@ def test_to_networkx_with_too_few_tokens_names_tokens_and_more_tokens_are_isolat
     from graphattn.analysis import to_networkx
 
     edge_index, alpha = torch.tensor([[0, 0, 1, 2], [0, 1, 1, 2]]), torch.tensor([1.0, 0.5, 0.5, 1.0])
-    with pytest.raises(ValueError, match=r"^Expected 'tokens' to be a sequence of at least 3 entries, one per node "
-                                         r"\(edge_index reaches node 2\) \(got 2\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^Expected 'tokens' to be a sequence of at least 3 entries, one per node "
+        r"\(edge_index reaches node 2\) \(got 2\)$",
+    ):
         to_networkx(edge_index, alpha, tokens=["a", "b"])
     graph = to_networkx(edge_index, alpha, tokens=["a", "b", "c", "d"])
     assert graph.number_of_nodes() == 4 and graph.degree(3) == 0 and graph.nodes[3] == {"token": "d"}
@@ -283,26 +319,29 @@ def test_batch_sequences_loops_over_distinct_sizes_never_over_empty_sequences(mo
     calls = []
     original = type(pattern).edge_index
     monkeypatch.setattr(type(pattern), "edge_index", lambda self, L, S=None: calls.append(L) or original(self, L, S))
-    lengths = torch.zeros(10 ** 6 + 1, dtype=torch.long)
-    lengths[[0, 7, 10 ** 6]] = torch.tensor([2, 3, 2])
+    lengths = torch.zeros(10**6 + 1, dtype=torch.long)
+    lengths[[0, 7, 10**6]] = torch.tensor([2, 3, 2])
     edge_index, batch = ga.graphs.batch_sequences(lengths, pattern)
     assert sorted(calls) == [2, 3]  # one build per distinct size
     expected, _ = ga.graphs.batch_sequences([2, 3, 2], pattern)  # the same nodes without the empty sequences
     assert torch.equal(edge_index, expected)
-    assert batch.tolist() == [0, 0, 7, 7, 7, 10 ** 6, 10 ** 6]
+    assert batch.tolist() == [0, 0, 7, 7, 7, 10**6, 10**6]
 
 
 @pytest.mark.parametrize("layer", ["AttentionConv", "TransformerConv"])
 @pytest.mark.parametrize("weights", [False, True], ids=["out", "weights"])
-@pytest.mark.parametrize("pattern", [ga.patterns.full(), ga.patterns.causal(), ga.patterns.window(1, 1)],
-                         ids=["full", "causal", "window_1_1"])
+@pytest.mark.parametrize(
+    "pattern",
+    [ga.patterns.full(), ga.patterns.causal(), ga.patterns.window(1, 1)],
+    ids=["full", "causal", "window_1_1"],
+)
 def test_global_attention_cost_follows_the_nodes_not_the_largest_graph_id(layer, weights, pattern):
     """``batch = [0, 0, 10**12]``: anything sized by the largest id (a bincount, a loop over graphs) would need
     terabytes and fail at once; the result equals the same nodes numbered 0, 0, 1."""
     conv = getattr(ga, layer)(4, 4, heads=2).double()
     x = torch.randn(3, 4, dtype=torch.float64)
     flag = weights if layer == "AttentionConv" else (weights or None)  # TransformerConv: PyG 2.8, any bool -> tuple
-    far = conv(x, pattern, batch=torch.tensor([0, 0, 10 ** 12]), return_attention_weights=flag)
+    far = conv(x, pattern, batch=torch.tensor([0, 0, 10**12]), return_attention_weights=flag)
     near = conv(x, pattern, batch=torch.tensor([0, 0, 1]), return_attention_weights=flag)
     if weights:
         assert torch.equal(far[1][0], near[1][0])
@@ -325,8 +364,9 @@ def _imported_modules(*argv):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "graphattn.cli", *argv], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "graphattn.cli", *argv], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
     return {name.split(".")[0] for name in rows[1:]}  # the first row is the header
@@ -342,8 +382,10 @@ def test_only_the_command_asked_for_is_imported():
     import subprocess
     import sys
 
-    code = ("import sys; from graphattn import cli; cli.main(['bench', '--sizes', '0']); "
-            "print(sorted(m for m in sys.modules if m.startswith('graphattn.cli.')))")
+    code = (
+        "import sys; from graphattn import cli; cli.main(['bench', '--sizes', '0']); "
+        "print(sorted(m for m in sys.modules if m.startswith('graphattn.cli.')))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "['graphattn.cli.args', 'graphattn.cli.bench']", result.stderr[-2000:]
     assert "Expected '--sizes' to be an int in [1, 16777216] (got '0')" in result.stderr

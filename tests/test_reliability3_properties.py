@@ -19,9 +19,14 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 def transformer_conv_cases(draw):
     """Constructor arguments and inputs: heads, concat, beta, edge_dim, root_weight, bias, bipartite inputs,
     targets without edges, duplicate edges, no edges at all."""
-    config = dict(heads=draw(st.integers(1, 3)), concat=draw(st.booleans()), beta=draw(st.booleans()),
-                  edge_dim=draw(st.one_of(st.none(), st.integers(1, 3))), root_weight=draw(st.booleans()),
-                  bias=draw(st.booleans()))
+    config = dict(
+        heads=draw(st.integers(1, 3)),
+        concat=draw(st.booleans()),
+        beta=draw(st.booleans()),
+        edge_dim=draw(st.one_of(st.none(), st.integers(1, 3))),
+        root_weight=draw(st.booleans()),
+        bias=draw(st.booleans()),
+    )
     out_channels = draw(st.integers(1, 4))
     bipartite = draw(st.booleans())
     f_src = draw(st.integers(1, 5))
@@ -33,7 +38,7 @@ def transformer_conv_cases(draw):
     dst = draw(st.lists(st.integers(0, max(L - 2, 0)), min_size=E, max_size=E))  # target L - 1: no edge if L > 1
     if E and draw(st.booleans()):  # an edge stored twice
         src, dst = src + src[:1], dst + dst[:1]
-    seed = draw(st.integers(0, 2 ** 16))
+    seed = draw(st.integers(0, 2**16))
     return config, out_channels, (f_src, f_dst, bipartite), (S, L), torch.tensor([src, dst], dtype=torch.long), seed
 
 
@@ -45,8 +50,11 @@ def test_transformer_conv_equals_pyg_over_its_argument_space(case):
     in_channels = (f_src, f_dst) if bipartite else f_src
     ref = PyGTransformerConv(in_channels, out_channels, **config).double()
     ours = ga.TransformerConv.from_transformer_conv(ref)
-    x = (torch.randn(S, f_src, dtype=torch.float64), torch.randn(L, f_dst, dtype=torch.float64)) if bipartite \
+    x = (
+        (torch.randn(S, f_src, dtype=torch.float64), torch.randn(L, f_dst, dtype=torch.float64))
+        if bipartite
         else torch.randn(S, f_src, dtype=torch.float64)
+    )
     E = edge_index.size(1)
     edge_attr = None if config["edge_dim"] is None else torch.randn(E, config["edge_dim"], dtype=torch.float64)
     out, (_, alpha) = ours(x, edge_index, edge_attr, return_attention_weights=True)
@@ -56,19 +64,29 @@ def test_transformer_conv_equals_pyg_over_its_argument_space(case):
     assert_close(ours(x, edge_index, edge_attr), out_r)  # without the weights: the same result
 
 
-PATTERNS = [ga.patterns.full(), ga.patterns.causal(), ga.patterns.window(1, 0),
-            ga.patterns.window(1, 1) | ga.patterns.global_tokens([0])]
+PATTERNS = [
+    ga.patterns.full(),
+    ga.patterns.causal(),
+    ga.patterns.window(1, 0),
+    ga.patterns.window(1, 1) | ga.patterns.global_tokens([0]),
+]
 
 
 @st.composite
 def batches(draw):
     """Graph sizes (empty graphs included), graph ids with gaps, a pattern, heads, whether weights are asked."""
     sizes = draw(st.lists(st.integers(0, 5), min_size=1, max_size=6))
-    gaps = draw(st.lists(st.sampled_from([1, 1, 2, 37, 10 ** 6]), min_size=len(sizes), max_size=len(sizes)))
+    gaps = draw(st.lists(st.sampled_from([1, 1, 2, 37, 10**6]), min_size=len(sizes), max_size=len(sizes)))
     ids = torch.tensor(gaps).cumsum(0) - gaps[0]  # (G,) increasing graph ids, the first 0
     batch = torch.repeat_interleave(ids, torch.tensor(sizes))  # (N,)
-    return (batch, sizes, draw(st.sampled_from(PATTERNS)), draw(st.integers(1, 3)), draw(st.booleans()),
-            draw(st.integers(0, 2 ** 16)))
+    return (
+        batch,
+        sizes,
+        draw(st.sampled_from(PATTERNS)),
+        draw(st.integers(1, 3)),
+        draw(st.booleans()),
+        draw(st.integers(0, 2**16)),
+    )
 
 
 @SETTINGS
@@ -91,7 +109,7 @@ def test_global_attention_with_batch_equals_per_graph_sdpa(case):
         part = slice(start, start + n)
         y = F.scaled_dot_product_attention(q[:, part], k[:, part], v[:, part], attn_mask=mask)  # (H, n, D)
         expected.append(conv.lin_out(y.transpose(0, 1).reshape(n, heads * D)))  # (n, F_out)
-        w = torch.softmax((q[:, part] @ k[:, part].mT / D ** 0.5).masked_fill(~mask, float("-inf")), -1)  # (H, n, n)
+        w = torch.softmax((q[:, part] @ k[:, part].mT / D**0.5).masked_fill(~mask, float("-inf")), -1)  # (H, n, n)
         dense.append((start, w))
         start += n
     assert_close(out, torch.cat(expected) if expected else out.new_zeros(0, 2 * heads))

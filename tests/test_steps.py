@@ -25,7 +25,7 @@ def _matrix(out, title_start):
     lines = out.splitlines()
     k = next(n for n, line in enumerate(lines) if line.startswith(title_start))
     shape = tuple(int(v) for v in re.search(r"shape \(([\d, ]+)\)", lines[k]).group(1).split(","))
-    rows = [[float(v) for v in re.findall(FLOAT, line)] for line in lines[k + 1:k + 1 + shape[0]]]
+    rows = [[float(v) for v in re.findall(FLOAT, line)] for line in lines[k + 1 : k + 1 + shape[0]]]
     return shape, np.array(rows)
 
 
@@ -62,8 +62,11 @@ def test_six_steps_printed_numbers_are_consistent(capsys):
 
 def test_worked_example_against_hand_computation(capsys):
     rc, out = _run(capsys)
-    lines = {line.split(")")[0].strip(): line for line in out.split("Worked example")[1].splitlines()
-             if re.match(r"^\d\)", line)}
+    lines = {
+        line.split(")")[0].strip(): line
+        for line in out.split("Worked example")[1].splitlines()
+        if re.match(r"^\d\)", line)
+    }
     assert _numbers(lines["3"].split(":")[1]) == [1.05, 0.2, -0.15]
     z = [math.exp(s / math.sqrt(4)) for s in (2.1, 0.4, -0.3)]
     w = [e / sum(z) for e in z]
@@ -90,8 +93,11 @@ def test_causal_mask_and_custom_scores(capsys):
     assert "weights = exp / Z: [ 0.500,  0.500]" in out and "the book divides by 2 as here" not in out
 
 
-@pytest.mark.parametrize("argv", [["--length", "0"], ["--d-k", "0"], ["--node", "3"], ["--node", "-1"]],
-                         ids=["length0", "dk0", "node_past_length", "node_negative"])
+@pytest.mark.parametrize(
+    "argv",
+    [["--length", "0"], ["--d-k", "0"], ["--node", "3"], ["--node", "-1"]],
+    ids=["length0", "dk0", "node_past_length", "node_negative"],
+)
 def test_bad_arguments(capsys, argv):
     rc = cli.main(["steps", *argv])
     assert rc == 2 and "Expected" in capsys.readouterr().err
@@ -109,8 +115,11 @@ def _edge_rows(out):
     return rows
 
 
-@pytest.mark.parametrize("argv", [[], ["--causal", "--length", "5"], ["--causal", "--length", "5", "--node", "2"]],
-                         ids=["full", "causal5", "causal5_node2"])
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["--causal", "--length", "5"], ["--causal", "--length", "5", "--node", "2"]],
+    ids=["full", "causal5", "causal5_node2"],
+)
 def test_graph_view_rows_against_numpy(capsys, argv):
     rc, out = _run(capsys, *argv)
     assert rc == 0

@@ -206,9 +206,11 @@ def test_to_hetero_with_differently_sized_node_types():
     metadata = (["a", "b"], [("a", "to", "b"), ("b", "to", "a"), ("b", "self", "b")])
     model = to_hetero(Net(), metadata, aggr="sum")
     x = {"a": torch.randn(4, 3), "b": torch.randn(5, 7)}
-    edges = {("a", "to", "b"): torch.tensor([[0, 1, 3], [4, 0, 2]]),
-             ("b", "to", "a"): torch.tensor([[0, 4], [1, 3]]),
-             ("b", "self", "b"): torch.tensor([[0, 1], [1, 2]])}
+    edges = {
+        ("a", "to", "b"): torch.tensor([[0, 1, 3], [4, 0, 2]]),
+        ("b", "to", "a"): torch.tensor([[0, 4], [1, 3]]),
+        ("b", "self", "b"): torch.tensor([[0, 1], [1, 2]]),
+    }
     out = model(x, edges)
     assert out["a"].shape == (4, 16) and out["b"].shape == (5, 16)
 
@@ -289,8 +291,8 @@ def test_refusals():
         (dict(edge_dim="3"), TypeError, "edge_dim"),
         (dict(impl=None), ValueError, "impl"),
         (dict(in_channels=(4, 4, 4)), TypeError, "in_channels"),
-        (dict(out_channels=2 ** 40), ValueError, "out_channels"),
-        (dict(heads=2 ** 40), ValueError, "heads"),
+        (dict(out_channels=2**40), ValueError, "out_channels"),
+        (dict(heads=2**40), ValueError, "heads"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -312,8 +314,11 @@ def test_features_of_another_dtype_and_torchscript_are_refused_clearly(impl):
         torch.jit.script(conv)
 
 
-@pytest.mark.parametrize("pattern", [ga.patterns.full(), ga.patterns.causal(), ga.patterns.window(1, 1)],
-                         ids=["full", "causal", "window_1_1"])
+@pytest.mark.parametrize(
+    "pattern",
+    [ga.patterns.full(), ga.patterns.causal(), ga.patterns.window(1, 1)],
+    ids=["full", "causal", "window_1_1"],
+)
 @pytest.mark.parametrize("impl", ["auto", "message_passing"])
 def test_pattern_with_batch_attends_within_each_graph(pattern, impl):
     """Against the explicit per-graph edges (graphs.batch_sequences) run through PyG's TransformerConv."""
@@ -325,8 +330,8 @@ def test_pattern_with_batch_attends_within_each_graph(pattern, impl):
     out = conv(x, pattern, batch=batch)
     out_r = ref(x, edge_index)
     assert_close(out, out_r)
-    grad, = torch.autograd.grad(out.square().sum(), x)
-    grad_r, = torch.autograd.grad(out_r.square().sum(), x)
+    (grad,) = torch.autograd.grad(out.square().sum(), x)
+    (grad_r,) = torch.autograd.grad(out_r.square().sum(), x)
     assert_close(grad, grad_r)
     _, (edges, alpha) = conv(x, pattern, return_attention_weights=True, batch=batch)
     assert torch.equal(edges, edge_index)

@@ -14,8 +14,11 @@ from tests.conftest import DTYPES, assert_close
 def graph(N=9, E=30, seed=0):
     g = torch.Generator().manual_seed(seed)
     edge_index = torch.stack([torch.randint(0, N, (E,), generator=g), torch.randint(0, N - 1, (E,), generator=g)])
-    return torch.randn(N, 6, dtype=torch.float64, generator=g), edge_index, torch.randn(E, 3, dtype=torch.float64,
-                                                                                      generator=g)
+    return (
+        torch.randn(N, 6, dtype=torch.float64, generator=g),
+        edge_index,
+        torch.randn(E, 3, dtype=torch.float64, generator=g),
+    )
 
 
 def twins(pyg_dropout=False, **kwargs):
@@ -46,6 +49,7 @@ def test_alpha_is_pygs_while_propagate_runs():
     x, edge_index, edge_attr = graph()
     seen = {}
     for name, conv in (("ours", ours), ("ref", ref)):
+
         def hook(module, inputs, out, name=name):
             seen[name] = module._alpha.clone()  # returns None: the message is left as it is
 
@@ -55,8 +59,10 @@ def test_alpha_is_pygs_while_propagate_runs():
         conv(x, edge_index, edge_attr)
         assert conv._alpha is None  # reset after propagate, as PyG
     assert_close(seen["ours"], seen["ref"])
-    assert_close(seen["ours"].view(-1, 2).new_zeros(9, 2).index_add_(0, edge_index[1], seen["ours"])[:8],
-                 torch.ones(8, 2, dtype=torch.float64))  # before dropout: sums to 1 into each target with edges
+    assert_close(
+        seen["ours"].view(-1, 2).new_zeros(9, 2).index_add_(0, edge_index[1], seen["ours"])[:8],
+        torch.ones(8, 2, dtype=torch.float64),
+    )  # before dropout: sums to 1 into each target with edges
 
 
 @pytest.mark.parametrize("aggr", ["mean", "max", "sum", MeanAggregation()], ids=["mean", "max", "sum", "module"])
@@ -78,8 +84,11 @@ def test_every_aggr_pyg_accepts_equals_pyg(aggr):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("config", [dict(), dict(edge_dim=3, beta=True), dict(concat=False, root_weight=False)],
-                         ids=["plain", "edge_dim-beta", "mean-no_root"])
+@pytest.mark.parametrize(
+    "config",
+    [dict(), dict(edge_dim=3, beta=True), dict(concat=False, root_weight=False)],
+    ids=["plain", "edge_dim-beta", "mean-no_root"],
+)
 def test_pyg_dropout_gives_pygs_outputs_with_the_same_seed(config, dtype):
     """Dropout on, training, the same seed: the same mask as PyG, so the same outputs, alpha and gradients."""
     ours, ref = twins(pyg_dropout=True, dropout=0.4, **config)
@@ -95,8 +104,11 @@ def test_pyg_dropout_gives_pygs_outputs_with_the_same_seed(config, dtype):
         results.append((out, alpha, xg.grad))
     for a, b in zip(*results):
         assert_close(a, b, dtype)
-    assert_close(results[0][1].new_zeros(9, 2).index_add_(0, edge_index[1], results[0][1])[:8],
-                 torch.ones(8, 2, dtype=dtype), dtype)  # alpha before dropout, as PyG returns it
+    assert_close(
+        results[0][1].new_zeros(9, 2).index_add_(0, edge_index[1], results[0][1])[:8],
+        torch.ones(8, 2, dtype=dtype),
+        dtype,
+    )  # alpha before dropout, as PyG returns it
 
 
 def test_pyg_dropout_off_draws_another_mask_and_eval_is_exact():

@@ -145,11 +145,20 @@ def test_pareto_front_and_series(ax):
 
 
 def test_pareto_marks_families_that_need_dense_scores(ax):
-    rows = [dict(family="window", density=0.2, fidelity=0.8), dict(family="topk", density=0.2, fidelity=0.9),
-            dict(family="oracle top-k", density=0.3, fidelity=0.95), dict(family="full", density=1.0, fidelity=1.0)]
+    rows = [
+        dict(family="window", density=0.2, fidelity=0.8),
+        dict(family="topk", density=0.2, fidelity=0.9),
+        dict(family="oracle top-k", density=0.3, fidelity=0.95),
+        dict(family="full", density=1.0, fidelity=1.0),
+    ]
     lines = viz.pareto(rows, ax=ax)
-    assert [ln.get_label() for ln in lines] == ["window", "topk (needs dense scores)",
-                                                "oracle top-k (needs dense scores)", "full", "Pareto front"]
+    assert [ln.get_label() for ln in lines] == [
+        "window",
+        "topk (needs dense scores)",
+        "oracle top-k (needs dense scores)",
+        "full",
+        "Pareto front",
+    ]
     assert [ln.get_linestyle() for ln in lines[:4]] == ["-", ":", ":", "-"]
     assert lines[1].get_markerfacecolor() == "none" and lines[0].get_markerfacecolor() != "none"
     lines = viz.pareto(rows, ax=ax, needs_dense=["window"])  # explicit: only those named
@@ -170,7 +179,8 @@ def test_heatmap_colorbar_shared_scale_and_numbers(ax):
     assert im.colorbar.ax.get_ylabel() == "attention weight"
     # annotate=None writes the numbers of a small map, at the cell (x = j, y = i)
     assert sorted((t.get_position(), t.get_text()) for t in ax.texts) == sorted(
-        ((j, i), f"{w[i, j]:.2f}") for i in range(2) for j in range(2))
+        ((j, i), f"{w[i, j]:.2f}") for i in range(2) for j in range(2)
+    )
     fig2, ax2 = plt.subplots()
     im2 = viz.attention_heatmap(torch.rand(12, 12), ax=ax2, colorbar=False)
     assert im2.colorbar is None and not ax2.texts  # 12 x 12: too large for numbers by default

@@ -34,6 +34,15 @@ from graphattn.analysis.flow import FLOW_MAX_NODES, attention_flow, attention_ro
 from graphattn.analysis.heads import mean_attention_distance, mean_cosine_similarity, self_share, smoothing_per_layer
 from graphattn.analysis.nxgraph import attention_pagerank, attention_received, to_networkx
 
-__all__ = ["to_networkx", "attention_received", "attention_pagerank", "attention_rollout", "attention_flow",
-           "self_share", "mean_attention_distance", "mean_cosine_similarity", "smoothing_per_layer",
-           "FLOW_MAX_NODES"]
+__all__ = [
+    "to_networkx",
+    "attention_received",
+    "attention_pagerank",
+    "attention_rollout",
+    "attention_flow",
+    "self_share",
+    "mean_attention_distance",
+    "mean_cosine_similarity",
+    "smoothing_per_layer",
+    "FLOW_MAX_NODES",
+]

@@ -1,4 +1,5 @@
 """Argument checks shared by the analysis functions (validate's template, one place)."""
+
 from __future__ import annotations
 
 import functools
@@ -14,7 +15,7 @@ from graphattn.graphs import check_edge_index
 from graphattn.patterns import MAX_LENGTH
 from graphattn.validate import check_int, check_tensor, message
 
-ANY_INDEX = 2 ** 63  # "no upper bound" for check_edge_index: any int64 index is in range
+ANY_INDEX = 2**63  # "no upper bound" for check_edge_index: any int64 index is in range
 
 
 def check_weights(name: str, alpha, shape_text: str = "(E,) or (E, H)") -> Tensor:
@@ -64,12 +65,12 @@ def layer_list(edge_index, alphas, name: str = "alphas") -> list[tuple[Tensor, T
     """
     if isinstance(alphas, Tensor):
         if alphas.dim() not in (2, 3):
-            raise ValueError(message(name, "a Tensor of shape (layers, E) or (layers, E, H)",
-                                     f"shape {tuple(alphas.shape)}"))
+            raise ValueError(
+                message(name, "a Tensor of shape (layers, E) or (layers, E, H)", f"shape {tuple(alphas.shape)}")
+            )
         alphas = list(alphas.unbind(0))
     if not isinstance(alphas, Sequence) or isinstance(alphas, str):
-        raise TypeError(message(name, "a Tensor (layers, E, H) or a sequence of (E, H) Tensors",
-                                type(alphas).__name__))
+        raise TypeError(message(name, "a Tensor (layers, E, H) or a sequence of (E, H) Tensors", type(alphas).__name__))
     alphas = list(alphas)
     if not alphas:
         raise ValueError(message(name, "at least one layer", 0))
@@ -78,8 +79,9 @@ def layer_list(edge_index, alphas, name: str = "alphas") -> list[tuple[Tensor, T
     elif isinstance(edge_index, Sequence) and all(isinstance(e, Tensor) for e in edge_index):
         edges, names = list(edge_index), [f"edge_index[{layer}]" for layer in range(len(edge_index))]
     else:
-        raise TypeError(message("edge_index", "a LongTensor (2, E) or a sequence of them, one per layer",
-                                type(edge_index).__name__))
+        raise TypeError(
+            message("edge_index", "a LongTensor (2, E) or a sequence of them, one per layer", type(edge_index).__name__)
+        )
     if len(edges) != len(alphas):
         raise ValueError(message("edge_index", f"one Tensor per layer ({len(alphas)})", len(edges)))
     layers = []
@@ -95,8 +97,9 @@ def stacked(alpha, edge_index, name: str = "alpha") -> Tensor:
     check_edge_index(edge_index, ANY_INDEX, ANY_INDEX)
     if not isinstance(alpha, Tensor):
         if not isinstance(alpha, Sequence) or isinstance(alpha, str) or not alpha:
-            raise TypeError(message(name, "a Tensor (E, H) or (layers, E, H), or a sequence of (E, H)",
-                                    type(alpha).__name__))
+            raise TypeError(
+                message(name, "a Tensor (E, H) or (layers, E, H), or a sequence of (E, H)", type(alpha).__name__)
+            )
         for layer, a in enumerate(alpha):
             check_tensor(f"{name}[{layer}]", a, dim=2, shape_text=f"(E, H) with E = {edge_index.size(1)}")
         if len({tuple(a.shape) for a in alpha}) != 1:
@@ -105,19 +108,30 @@ def stacked(alpha, edge_index, name: str = "alpha") -> Tensor:
     check_weights(name, alpha, "(E, H) or (layers, E, H)")
     alpha = alpha.unsqueeze(0) if alpha.dim() == 2 else alpha  # (layers, E, H)
     if alpha.dim() != 3 or alpha.size(1) != edge_index.size(1):
-        raise ValueError(message(name, f"a Tensor of shape (E, H) or (layers, E, H) with E = {edge_index.size(1)}",
-                                 f"shape {tuple(alpha.shape)}"))
+        raise ValueError(
+            message(
+                name,
+                f"a Tensor of shape (E, H) or (layers, E, H) with E = {edge_index.size(1)}",
+                f"shape {tuple(alpha.shape)}",
+            )
+        )
     return alpha
 
 
 def check_graph(graph, weight) -> None:
     """A networkx DiGraph whose ``weight`` attributes (where present) are finite, non-negative numbers."""
     if not isinstance(graph, nx.DiGraph):
-        raise TypeError(message("graph", "a networkx.DiGraph with edges j -> i (see to_networkx)",
-                                type(graph).__name__))
+        raise TypeError(
+            message("graph", "a networkx.DiGraph with edges j -> i (see to_networkx)", type(graph).__name__)
+        )
     if not isinstance(weight, str):
         raise TypeError(message("weight", "the name of an edge attribute (a str)", weight))
     for j, i, w in graph.edges(data=weight, default=1.0):
         if isinstance(w, bool) or not isinstance(w, numbers.Real) or not 0 <= w < math.inf:
-            raise ValueError(message("graph", f"edges whose {weight!r} is a finite non-negative number",
-                                     f"{w!r} on the edge ({j!r}, {i!r})"))
+            raise ValueError(
+                message(
+                    "graph",
+                    f"edges whose {weight!r} is a finite non-negative number",
+                    f"{w!r} on the edge ({j!r}, {i!r})",
+                )
+            )

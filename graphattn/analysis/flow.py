@@ -5,6 +5,7 @@ References
 .. [1] S. Abnar and W. Zuidema, "Quantifying Attention Flow in Transformers",
    ACL 2020, section 3. https://arxiv.org/abs/2005.00928
 """
+
 from __future__ import annotations
 
 import warnings
@@ -32,8 +33,7 @@ def _augmented(edge_index: Tensor, weight: Tensor, n: int, residual: bool) -> Te
         weight = torch.cat([0.5 * weight, weight.new_full((n,), 0.5)])  # (E + N,)
         row_sum = weight.new_zeros(n).index_add_(0, dst, weight)  # (N,)
         weight = weight / row_sum[dst]  # (E + N,); every row holds the 0.5 diagonal, so > 0
-    matrix = torch.sparse_coo_tensor(torch.stack([dst, src]), weight, (n, n),
-                                     check_invariants=True)  # (N, N)
+    matrix = torch.sparse_coo_tensor(torch.stack([dst, src]), weight, (n, n), check_invariants=True)  # (N, N)
     return matrix.coalesce()
 
 
@@ -167,8 +167,14 @@ def attention_flow(
     layers = layer_list(edge_index, alphas)
     n = num_nodes_of(layers[0][0], num_nodes, layers[0][2])
     if n > max_nodes:
-        raise ValueError(message("num_nodes", f"at most 'max_nodes' = {max_nodes} tokens for attention flow", n,
-                                 "use attention_rollout for longer inputs or raise max_nodes"))
+        raise ValueError(
+            message(
+                "num_nodes",
+                f"at most 'max_nodes' = {max_nodes} tokens for attention flow",
+                n,
+                "use attention_rollout for longer inputs or raise max_nodes",
+            )
+        )
     graph = nx.DiGraph()
     graph.add_nodes_from((0, j) for j in range(n))
     for layer, (ei, weight, name) in enumerate(layers, start=1):
@@ -182,11 +188,10 @@ def attention_flow(
     residual_net = build_residual_network(graph, "capacity")  # built once, reset by every call
     for i in range(n):
         for j in range(n):
-            flow[i, j] = shortest_augmenting_path(graph, (0, j), (last, i), capacity="capacity",
-                                                  residual=residual_net).graph["flow_value"]
+            flow[i, j] = shortest_augmenting_path(
+                graph, (0, j), (last, i), capacity="capacity", residual=residual_net
+            ).graph["flow_value"]
     if normalize:
         total = flow.sum(dim=1, keepdim=True)  # (N, 1)
         flow = flow / total.masked_fill(total == 0, 1.0)
     return flow
-
-

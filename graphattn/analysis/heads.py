@@ -5,6 +5,7 @@ References
 .. [3] K. Ethayarajh, "How Contextual are Contextualized Word
    Representations?", EMNLP 2019 (mean pairwise cosine similarity per layer).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -173,6 +174,7 @@ def smoothing_per_layer(hidden_states: Sequence[Tensor]) -> list[float]:
     [0.0, 1.0]
     """
     if isinstance(hidden_states, str) or not isinstance(hidden_states, (Sequence, Tensor)):
-        raise TypeError(message("hidden_states", "a sequence of (N, F) Tensors, one per layer",
-                                type(hidden_states).__name__))
+        raise TypeError(
+            message("hidden_states", "a sequence of (N, F) Tensors, one per layer", type(hidden_states).__name__)
+        )
     return [mean_cosine_similarity(h) for h in hidden_states]

@@ -5,6 +5,7 @@ References
 .. [2] L. Page, S. Brin, R. Motwani and T. Winograd, "The PageRank Citation
    Ranking: Bringing Order to the Web", Stanford InfoLab, 1999.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -71,8 +72,13 @@ def to_networkx(
     if num_nodes is None and tokens is not None:
         needed = num_nodes_of(edge_index, None)  # one more than the largest index (edge_index checked)
         if len(tokens) < needed:
-            raise ValueError(message("tokens", f"a sequence of at least {needed} entries, one per node "
-                                               f"(edge_index reaches node {needed - 1})", len(tokens)))
+            raise ValueError(
+                message(
+                    "tokens",
+                    f"a sequence of at least {needed} entries, one per node (edge_index reaches node {needed - 1})",
+                    len(tokens),
+                )
+            )
         num_nodes = len(tokens)
     n = num_nodes_of(edge_index, num_nodes)
     if tokens is not None and len(tokens) != n:
@@ -170,5 +176,3 @@ def attention_pagerank(graph: nx.DiGraph, weight: str = "weight", alpha: float =
     alpha = check_float("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)
     ranks = nx.pagerank(graph.reverse(copy=False), alpha=alpha, weight=weight, tol=1e-12, max_iter=1000)
     return {node: float(r) for node, r in ranks.items()}
-
-

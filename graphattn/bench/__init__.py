@@ -56,6 +56,27 @@ from graphattn.bench.report import add_ratios, markdown, markdown_from_json, rep
 from graphattn.bench.suite import check_device, measure, run
 from graphattn.bench.worker import matmul_gflops, worker
 
-__all__ = ["PATTERNS", "METHODS", "MODES", "DEFAULT_SIZES", "FULL_SIZES", "SCALING", "WINDOW", "KEYS",
-           "num_edges", "estimate_bytes", "applicable", "grid", "worker", "matmul_gflops", "measure",
-           "add_ratios", "targets", "report", "markdown", "markdown_from_json", "check_device", "run"]
+__all__ = [
+    "PATTERNS",
+    "METHODS",
+    "MODES",
+    "DEFAULT_SIZES",
+    "FULL_SIZES",
+    "SCALING",
+    "WINDOW",
+    "KEYS",
+    "num_edges",
+    "estimate_bytes",
+    "applicable",
+    "grid",
+    "worker",
+    "matmul_gflops",
+    "measure",
+    "add_ratios",
+    "targets",
+    "report",
+    "markdown",
+    "markdown_from_json",
+    "check_device",
+    "run",
+]

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-__all__ = ["PATTERNS", "METHODS", "MODES", "DEFAULT_SIZES", "FULL_SIZES", "SCALING", "WINDOW", "KEYS",
-           "num_edges", "estimate_bytes", "applicable", "grid"]
+__all__ = [
+    "PATTERNS",
+    "METHODS",
+    "MODES",
+    "DEFAULT_SIZES",
+    "FULL_SIZES",
+    "SCALING",
+    "WINDOW",
+    "KEYS",
+    "num_edges",
+    "estimate_bytes",
+    "applicable",
+    "grid",
+]
 
 PATTERNS = ("complete", "window", "random", "topk")
 METHODS = ("graphattn", "sdpa", "sdpa_mask", "flex", "pyg")
@@ -53,11 +65,20 @@ def applicable(method: str, pattern: str, mode: str, device: str) -> str | None:
 def grid(args) -> list[dict]:
     """All cases of this run, in the order they are measured."""
     sizes = args.sizes or (FULL_SIZES if args.full else DEFAULT_SIZES)
-    base = dict(heads=args.heads, dim=args.dim, dtype=args.dtype, device=args.device, repeats=args.repeats,
-                threads=args.threads)
-    cases = [dict(base, pattern=p, L=L, method=m, mode=mode)
-             for p in args.patterns for L in sizes for mode in args.modes for m in args.methods]
+    base = dict(
+        heads=args.heads, dim=args.dim, dtype=args.dtype, device=args.device, repeats=args.repeats, threads=args.threads
+    )
+    cases = [
+        dict(base, pattern=p, L=L, method=m, mode=mode)
+        for p in args.patterns
+        for L in sizes
+        for mode in args.modes
+        for m in args.methods
+    ]
     if args.scaling or args.full:
-        cases += [dict(base, pattern=p, L=L, method="graphattn", mode="fwd", sweep="scaling")
-                  for p, Ls in SCALING.items() for L in Ls]
+        cases += [
+            dict(base, pattern=p, L=L, method="graphattn", mode="fwd", sweep="scaling")
+            for p, Ls in SCALING.items()
+            for L in Ls
+        ]
     return cases

@@ -16,8 +16,11 @@ __all__ = ["add_ratios", "targets", "report", "markdown", "markdown_from_json"]
 
 def add_ratios(rows: list[dict]) -> None:
     """``time_ratio`` and ``memory_ratio``: the method over its graphattn reference on the same case."""
-    ref = {(r["pattern"], r["L"], r["mode"], r.get("sweep")): r for r in rows
-           if r.get("status") == "ok" and r["method"] == "graphattn"}
+    ref = {
+        (r["pattern"], r["L"], r["mode"], r.get("sweep")): r
+        for r in rows
+        if r.get("status") == "ok" and r["method"] == "graphattn"
+    }
     for r in rows:
         base = ref.get((r["pattern"], r["L"], r["mode"], r.get("sweep")))
         if r.get("status") == "ok" and base is not None:
@@ -53,15 +56,27 @@ def targets(rows: list[dict]) -> list[str]:
         for pattern in ("window", "random", "topk"):
             for L in sorted({r["L"] for r in rows}):
                 if (pattern, L, mode, "pyg") in get:
-                    check(f"{pattern}: >= 5x faster than TransformerConv", pattern, L, mode, "pyg", "time_ratio", ">=", 5)
-                    check(f"{pattern}: >= 5x less memory than TransformerConv", pattern, L, mode, "pyg",
-                          "memory_ratio", ">=", 5)
+                    check(
+                        f"{pattern}: >= 5x faster than TransformerConv", pattern, L, mode, "pyg", "time_ratio", ">=", 5
+                    )
+                    check(
+                        f"{pattern}: >= 5x less memory than TransformerConv",
+                        pattern,
+                        L,
+                        mode,
+                        "pyg",
+                        "memory_ratio",
+                        ">=",
+                        5,
+                    )
     for (pattern, L, method), r in sorted(((k[0], k[1], k[3]), v) for k, v in get.items() if k[2] == "fwd"):
         fb = get.get((pattern, L, "fwdbwd", method))
         if method != "graphattn" and "time_ratio" in r and fb is not None and "time_ratio" in fb:
             ok = fb["time_ratio"] >= r["time_ratio"] / 2
-            lines.append(f"[{'met' if ok else 'MISSED'}] fwd+bwd ratio >= fwd ratio / 2: {method}/graphattn "
-                         f"{fb['time_ratio']:.2f} vs {r['time_ratio']:.2f} ({pattern} L={L})")
+            lines.append(
+                f"[{'met' if ok else 'MISSED'}] fwd+bwd ratio >= fwd ratio / 2: {method}/graphattn "
+                f"{fb['time_ratio']:.2f} vs {r['time_ratio']:.2f} ({pattern} L={L})"
+            )
     for pattern in SCALING:
         sweep = [r for r in rows if r.get("sweep") == "scaling" and r["pattern"] == pattern and r.get("status") == "ok"]
         if len(sweep) < 2:
@@ -71,8 +86,10 @@ def targets(rows: list[dict]) -> list[str]:
         mx, my = sum(x) / len(x), sum(y) / len(y)
         slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
         ok = 0.9 <= slope <= 1.1
-        lines.append(f"[{'met' if ok else 'MISSED'}] time linear in E ({pattern}, growing L): log-log slope "
-                     f"{slope:.2f} (E = {sweep[0]['edges']:.1e} ... {sweep[-1]['edges']:.1e}, fwd)")
+        lines.append(
+            f"[{'met' if ok else 'MISSED'}] time linear in E ({pattern}, growing L): log-log slope "
+            f"{slope:.2f} (E = {sweep[0]['edges']:.1e} ... {sweep[-1]['edges']:.1e}, fwd)"
+        )
     return lines
 
 
@@ -86,12 +103,28 @@ def report(rows: list[dict], matmul: float, args) -> None:
     for col in ("time_s", "prep_s", "compile_s", "peak_bytes", "gflops", "time_ratio", "memory_ratio"):
         if col not in frame:
             frame[col] = float("nan")
-    frame["peak_mib"] = frame["peak_bytes"] / 2 ** 20
+    frame["peak_mib"] = frame["peak_bytes"] / 2**20
     frame["pct_matmul"] = 100 * frame["gflops"] / matmul
-    table = Table(title=f"graphattn bench — H={args.heads}, D={args.dim}, {args.dtype}, {args.device}, "
-                        f"plain matmul {matmul:.0f} GFLOP/s; ratio = method / graphattn (> 1: graphattn wins)")
-    cols = ["pattern", "L", "edges", "mode", "method", "time_s", "time_ratio", "peak_mib", "memory_ratio",
-            "gflops", "pct_matmul", "prep_s", "compile_s", "status"]
+    table = Table(
+        title=f"graphattn bench — H={args.heads}, D={args.dim}, {args.dtype}, {args.device}, "
+        f"plain matmul {matmul:.0f} GFLOP/s; ratio = method / graphattn (> 1: graphattn wins)"
+    )
+    cols = [
+        "pattern",
+        "L",
+        "edges",
+        "mode",
+        "method",
+        "time_s",
+        "time_ratio",
+        "peak_mib",
+        "memory_ratio",
+        "gflops",
+        "pct_matmul",
+        "prep_s",
+        "compile_s",
+        "status",
+    ]
     for c in cols:
         table.add_column(c, justify="left" if c in ("pattern", "mode", "method", "status") else "right")
     for _, r in frame.iterrows():
@@ -105,9 +138,16 @@ def report(rows: list[dict], matmul: float, args) -> None:
     frame.drop(columns=["peak_bytes"]).to_csv(args.out / f"bench-{stamp}.csv", index=False)
     import torch
 
-    meta = dict(date=time.strftime("%Y-%m-%d %H:%M"), matmul_gflops=matmul, argv=sys.argv[1:],
-                threads=args.threads or torch.get_num_threads(), torch=torch.__version__, machine=_machine(),
-                load=getattr(args, "load", None), targets=targets(rows))
+    meta = dict(
+        date=time.strftime("%Y-%m-%d %H:%M"),
+        matmul_gflops=matmul,
+        argv=sys.argv[1:],
+        threads=args.threads or torch.get_num_threads(),
+        torch=torch.__version__,
+        machine=_machine(),
+        load=getattr(args, "load", None),
+        targets=targets(rows),
+    )
     (args.out / f"bench-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1, default=str))
     (args.out / f"bench-{stamp}.md").write_text(markdown(rows, meta))
     if args.plot:
@@ -117,16 +157,38 @@ def report(rows: list[dict], matmul: float, args) -> None:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     """The results as a markdown page: date, machine, the table, the targets."""
-    cols = ["pattern", "L", "mode", "method", "time_s", "time_ratio", "peak_mib", "memory_ratio", "gflops",
-            "prep_s", "compile_s", "status"]
-    lines = [f"# graphattn bench, {meta['date']}", "", f"Arguments: `{' '.join(meta['argv']) or '(defaults)'}`; "
-             f"torch threads: {meta.get('threads', '?')}; 1-minute load average at start and end: "
-             f"{meta.get('load')}; plain matmul: {meta['matmul_gflops']:.0f} GFLOP/s; "
-             "ratio = method / graphattn (> 1: graphattn is faster / smaller); times in seconds, peaks in MiB "
-             "above the resident size before the call.", "", "```", meta["machine"], "```", "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    cols = [
+        "pattern",
+        "L",
+        "mode",
+        "method",
+        "time_s",
+        "time_ratio",
+        "peak_mib",
+        "memory_ratio",
+        "gflops",
+        "prep_s",
+        "compile_s",
+        "status",
+    ]
+    lines = [
+        f"# graphattn bench, {meta['date']}",
+        "",
+        f"Arguments: `{' '.join(meta['argv']) or '(defaults)'}`; "
+        f"torch threads: {meta.get('threads', '?')}; 1-minute load average at start and end: "
+        f"{meta.get('load')}; plain matmul: {meta['matmul_gflops']:.0f} GFLOP/s; "
+        "ratio = method / graphattn (> 1: graphattn is faster / smaller); times in seconds, peaks in MiB "
+        "above the resident size before the call.",
+        "",
+        "```",
+        meta["machine"],
+        "```",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
+    ]
     for r in rows:
-        r = dict(r, peak_mib=r["peak_bytes"] / 2 ** 20 if r.get("peak_bytes") is not None else None)
+        r = dict(r, peak_mib=r["peak_bytes"] / 2**20 if r.get("peak_bytes") is not None else None)
         lines.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
     lines += ["", "## Targets", ""] + [f"- {t}" for t in meta["targets"]]
     return "\n".join(lines) + "\n"
@@ -167,7 +229,6 @@ def _plot(frame, path) -> None:
     import matplotlib
     from matplotlib.figure import Figure  # no pyplot: the backend stays the caller's
 
-
     ok = frame[(frame["status"] == "ok") & frame.get("sweep", frame["status"]).ne("scaling")]
     pats = list(dict.fromkeys(ok["pattern"]))
     colors = dict(zip(METHODS, matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]))
@@ -176,8 +237,14 @@ def _plot(frame, path) -> None:
     for ax, pat in zip(axes[0], pats):
         for (method, mode), g in ok[ok["pattern"] == pat].groupby(["method", "mode"]):
             g = g.sort_values("L")
-            ax.loglog(g["L"], g["time_s"], marker="o", color=colors[method], ls="-" if mode == "fwd" else "--",
-                      label=f"{method} {mode}")
+            ax.loglog(
+                g["L"],
+                g["time_s"],
+                marker="o",
+                color=colors[method],
+                ls="-" if mode == "fwd" else "--",
+                label=f"{method} {mode}",
+            )
         ax.set_title(pat)
         ax.set_xlabel("L (nodes)")
         ax.set_ylabel("time (s)")

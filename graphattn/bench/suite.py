@@ -20,12 +20,13 @@ def measure(cases: list[dict], args) -> list[dict]:
     for case in cases:
         row = dict(case, edges=num_edges(case["pattern"], case["L"]))
         why = applicable(case["method"], case["pattern"], case["mode"], args.device)
-        need = estimate_bytes(case["method"], case["pattern"], case["L"], case["mode"], case["heads"],
-                              case["dim"], itemsize)
+        need = estimate_bytes(
+            case["method"], case["pattern"], case["L"], case["mode"], case["heads"], case["dim"], itemsize
+        )
         if why:
             row["status"] = why
-        elif need > args.memory_budget * 2 ** 30:
-            row["status"] = f"skipped: needs ~{need / 2 ** 30:.1f} GiB > budget {args.memory_budget:g} GiB"
+        elif need > args.memory_budget * 2**30:
+            row["status"] = f"skipped: needs ~{need / 2**30:.1f} GiB > budget {args.memory_budget:g} GiB"
         else:
             groups.setdefault((case["pattern"], case["L"], case.get("sweep")), []).append(len(rows))
         rows.append(row)
@@ -54,8 +55,10 @@ def check_device(text: str):
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if (device.index or 0) >= count:
-            raise ValueError(f"Expected '--device' to be a CUDA device this torch build sees (got {text!r}; "
-                             f"{count} CUDA device(s) visible)")
+            raise ValueError(
+                f"Expected '--device' to be a CUDA device this torch build sees (got {text!r}; "
+                f"{count} CUDA device(s) visible)"
+            )
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
             raise ValueError(f"Expected '--device' to be available here (got {text!r}: MPS is not available)")

@@ -21,6 +21,7 @@ def _memory_probe(device):
     import torch
 
     if device.type == "cuda":
+
         def reset():
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
@@ -77,7 +78,7 @@ def _topk_table(q, k, keys):
     qm, km = q.float().mean(1), k.float().mean(1)  # (L, D), (S, D)
     table = torch.zeros(q.size(0), k.size(0), dtype=torch.bool, device=q.device)  # (L, S)
     for i0 in range(0, q.size(0), 1024):
-        table[i0:i0 + 1024] = topk_mask(qm[i0:i0 + 1024] @ km.T, keys)  # (c, D) · (D, S) -> (c, S)
+        table[i0 : i0 + 1024] = topk_mask(qm[i0 : i0 + 1024] @ km.T, keys)  # (c, D) · (D, S) -> (c, S)
     return table
 
 
@@ -116,12 +117,14 @@ def _structure(case, pat, table, device):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         if table is not None:
+
             def mask_mod(b, h, q_idx, kv_idx):
                 return table[q_idx, kv_idx]
         else:
             mask_mod = pat.mask_mod
-        block_mask = None if case["pattern"] == "complete" else create_block_mask(mask_mod, None, None, L, L,
-                                                                                  device=device)
+        block_mask = (
+            None if case["pattern"] == "complete" else create_block_mask(mask_mod, None, None, L, L, device=device)
+        )
         return torch.compile(flex_attention, dynamic=False), block_mask
     return None
 
@@ -223,9 +226,15 @@ def worker(case: dict) -> dict:
     gc.collect()
     _malloc_for_memory_run(False)
     median = sorted(times)[len(times) // 2]
-    return dict(time_s=median, time_min_s=min(times), runs=len(times), prep_s=prep_s,
-                compile_s=max(first - median, 0.0) if case["method"] == "flex" else None,
-                peak_bytes=peak, gflops=flops / median / 1e9)
+    return dict(
+        time_s=median,
+        time_min_s=min(times),
+        runs=len(times),
+        prep_s=prep_s,
+        compile_s=max(first - median, 0.0) if case["method"] == "flex" else None,
+        peak_bytes=peak,
+        gflops=flops / median / 1e9,
+    )
 
 
 def _worker_main() -> None:
@@ -242,10 +251,16 @@ def spawn(cases: list[dict], timeout: float) -> list[dict]:
     code = "from graphattn.bench.worker import _worker_main; _worker_main()"
     results: list[dict] = []
     while len(results) < len(cases):
-        todo = cases[len(results):]
+        todo = cases[len(results) :]
         try:
-            proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(todo), capture_output=True,
-                                  text=True, timeout=timeout * len(todo), env=env)
+            proc = subprocess.run(
+                [sys.executable, "-c", code],
+                input=json.dumps(todo),
+                capture_output=True,
+                text=True,
+                timeout=timeout * len(todo),
+                env=env,
+            )
             stdout, error = proc.stdout, None
             if proc.returncode:
                 tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -253,8 +268,7 @@ def spawn(cases: list[dict], timeout: float) -> list[dict]:
         except subprocess.TimeoutExpired as err:
             stdout = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
             error = f"timeout > {timeout:.0f} s"
-        done = [dict(status="ok", **json.loads(line[7:])) for line in stdout.splitlines()
-                if line.startswith("RESULT ")]
+        done = [dict(status="ok", **json.loads(line[7:])) for line in stdout.splitlines() if line.startswith("RESULT ")]
         results += done
         if len(results) < len(cases) and error is not None:
             results.append(dict(status=error))
@@ -275,4 +289,4 @@ def matmul_gflops(device: str = "cpu", dtype: str = "float32", n: int = 2048, th
         a @ a
         _sync(torch.device(device))
         times.append(time.perf_counter() - t0)
-    return 2 * n ** 3 / sorted(times)[2] / 1e9
+    return 2 * n**3 / sorted(times)[2] / 1e9

@@ -26,6 +26,7 @@ def message(name: str, expected: str, got, fix: str = "") -> str:
 
 def int_in(name: str, low: int, high: int):
     """An int in ``[low, high]`` (huge values refused here, not deep in torch)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -40,6 +41,7 @@ def int_in(name: str, low: int, high: int):
 
 def float_in(name: str, low: float, high: float):
     """A finite float in ``(low, high]``."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -60,11 +62,13 @@ def ints(name: str, low: int, high: int):
 
 def names(name: str, allowed):
     """A comma-separated, non-empty subset of ``allowed``."""
+
     def parse(text: str) -> tuple[str, ...]:
         picked = tuple(t.strip() for t in text.split(",") if t.strip())
         if not picked or any(n not in allowed for n in picked):
-            raise argparse.ArgumentTypeError(message(name, f"a comma-separated subset of {', '.join(allowed)}",
-                                                     repr(text)))
+            raise argparse.ArgumentTypeError(
+                message(name, f"a comma-separated subset of {', '.join(allowed)}", repr(text))
+            )
         return picked
 
     return parse
@@ -98,8 +102,14 @@ def out_path(name: str, kind: str = "dir", convert=str):
                 raise NotADirectoryError(f"{existing} is not a folder")
             os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".graphattn-"))
         except OSError as err:
-            raise argparse.ArgumentTypeError(message(name, f"a {'folder' if kind == 'dir' else 'file'} that can be "
-                                                     "created and written", repr(text), err.strerror or str(err))) from None
+            raise argparse.ArgumentTypeError(
+                message(
+                    name,
+                    f"a {'folder' if kind == 'dir' else 'file'} that can be created and written",
+                    repr(text),
+                    err.strerror or str(err),
+                )
+            ) from None
         return convert(text)
 
     return parse

@@ -27,58 +27,122 @@ __all__ = ["add_arguments", "main", "fidelity_figure", "sweep_figure", "environm
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PYDOC_SOURCE = "pydoc_data.topics (Python reference documentation)"
-DEFAULT_FIRST_SENTENCE = 100  # first-sentence queries by default (about the old default's time); --limit 400 for narrower intervals
+DEFAULT_FIRST_SENTENCE = (
+    100  # first-sentence queries by default (about the old default's time); --limit 400 for narrower intervals
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphattn prune``."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = "pattern specs:\n" + SPEC_HELP
-    parser.add_argument("--patterns", nargs="+", metavar="SPEC", default=None,
-                        help=f"pattern specs (default: {' '.join(DEFAULT_PATTERNS)}); the dense row is always first")
-    parser.add_argument("--task", choices=TASKS, default="first-sentence",
-                        help="first-sentence (default): a passage's first sentence finds the rest of it among the "
-                             "others; title-retrieval: each pydoc topic title finds the topic's first chunk (easy: "
-                             "its defining paragraph); title-nonfirst: the title finds a later chunk of its topic; "
-                             "none: fidelity to dense only. The construction is printed with the table")
-    parser.add_argument("--limit", type=int_in("--limit", 3, 100_000), default=None, metavar="N",
-                        help=f"number of queries (topics for the title tasks; documents for none), evenly spaced "
-                             f"(default: {DEFAULT_FIRST_SENTENCE} first sentences; every topic; 48 documents)")
-    parser.add_argument("--docs-per-topic", type=int_in("--docs-per-topic", 1, 1000), default=1, metavar="K",
-                        help="title-retrieval: chunks of each topic among the documents (default 1)")
-    parser.add_argument("--max-length", type=int_in("--max-length", 8, 100_000), default=128, metavar="T",
-                        help="most tokens per text, special tokens included, at most the model's position "
-                             "embeddings; a warning above the length it was trained on (default 128)")
-    parser.add_argument("--model", metavar="PATH_OR_PACKAGE", default=None,
-                        help="a local Hugging Face model folder, or an installed package with get_model_path() "
-                             "(default: the packaged all-MiniLM-L6-v2); never downloaded")
-    parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
-                        help="sentence embedding: mean over tokens or the first token (default: the model folder's "
-                             "sentence-transformers pooling, else mean)")
-    parser.add_argument("--text", metavar="FILE", default=None,
-                        help="your own passages, one per line (duplicates and lines under 4 words dropped; "
-                             "default: the Python reference documentation, pydoc_data.topics)")
-    parser.add_argument("--out", type=out_path("--out"), metavar="DIR", default="prune-out",
-                        help="folder for prune.csv, prune.json, prune_{queries,passages,layers}.csv, prune.png "
-                             "(default prune-out)")
-    parser.add_argument("--json", type=out_path("--json", "file"), metavar="FILE", default=None,
-                        help="also write the JSON results to FILE")
+    parser.add_argument(
+        "--patterns",
+        nargs="+",
+        metavar="SPEC",
+        default=None,
+        help=f"pattern specs (default: {' '.join(DEFAULT_PATTERNS)}); the dense row is always first",
+    )
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default="first-sentence",
+        help="first-sentence (default): a passage's first sentence finds the rest of it among the "
+        "others; title-retrieval: each pydoc topic title finds the topic's first chunk (easy: "
+        "its defining paragraph); title-nonfirst: the title finds a later chunk of its topic; "
+        "none: fidelity to dense only. The construction is printed with the table",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int_in("--limit", 3, 100_000),
+        default=None,
+        metavar="N",
+        help=f"number of queries (topics for the title tasks; documents for none), evenly spaced "
+        f"(default: {DEFAULT_FIRST_SENTENCE} first sentences; every topic; 48 documents)",
+    )
+    parser.add_argument(
+        "--docs-per-topic",
+        type=int_in("--docs-per-topic", 1, 1000),
+        default=1,
+        metavar="K",
+        help="title-retrieval: chunks of each topic among the documents (default 1)",
+    )
+    parser.add_argument(
+        "--max-length",
+        type=int_in("--max-length", 8, 100_000),
+        default=128,
+        metavar="T",
+        help="most tokens per text, special tokens included, at most the model's position "
+        "embeddings; a warning above the length it was trained on (default 128)",
+    )
+    parser.add_argument(
+        "--model",
+        metavar="PATH_OR_PACKAGE",
+        default=None,
+        help="a local Hugging Face model folder, or an installed package with get_model_path() "
+        "(default: the packaged all-MiniLM-L6-v2); never downloaded",
+    )
+    parser.add_argument(
+        "--pooling",
+        choices=("mean", "cls"),
+        default=None,
+        help="sentence embedding: mean over tokens or the first token (default: the model folder's "
+        "sentence-transformers pooling, else mean)",
+    )
+    parser.add_argument(
+        "--text",
+        metavar="FILE",
+        default=None,
+        help="your own passages, one per line (duplicates and lines under 4 words dropped; "
+        "default: the Python reference documentation, pydoc_data.topics)",
+    )
+    parser.add_argument(
+        "--out",
+        type=out_path("--out"),
+        metavar="DIR",
+        default="prune-out",
+        help="folder for prune.csv, prune.json, prune_{queries,passages,layers}.csv, prune.png (default prune-out)",
+    )
+    parser.add_argument(
+        "--json",
+        type=out_path("--json", "file"),
+        metavar="FILE",
+        default=None,
+        help="also write the JSON results to FILE",
+    )
     parser.add_argument("--embeddings", action="store_true", help="also write prune_embeddings.npz")
     parser.add_argument("--seed", type=int_in("--seed", 0, 2**31 - 1), default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--resamples", type=int_in("--resamples", 100, 1_000_000), default=2000, metavar="N",
-                        help="bootstrap resamples per interval (default 2000)")
-    parser.add_argument("--seeds", type=int_in("--seeds", 1, 100), default=3, metavar="N",
-                        help="draws of each random or BigBird row (seed, seed + 1, ...): its headline metric's mean "
-                             "and spread over them (default 3)")
-    parser.add_argument("--threads", type=cpu_threads("--threads"), default=1, metavar="N",
-                        help="torch threads, at most the CPU count (default 1: many small tensor operations, which "
-                             "a second thread barely speeds up and which slow down on shared cores)")
-    parser.add_argument("--no-oracle", action="store_true",
-                        help="skip the oracle top-k row after each fixed pattern")
-    parser.add_argument("--sweep", action="store_true",
-                        help="instead of --patterns: budget curves (k = 1..32 keys per query for a window, window + "
-                             "[CLS], oracle top-k), a global-token ablation and a layer ablation, with CI bands "
-                             "(prune.png shows them; 32 rows, about 3 minutes of CPU time at the defaults)")
+    parser.add_argument(
+        "--resamples",
+        type=int_in("--resamples", 100, 1_000_000),
+        default=2000,
+        metavar="N",
+        help="bootstrap resamples per interval (default 2000)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int_in("--seeds", 1, 100),
+        default=3,
+        metavar="N",
+        help="draws of each random or BigBird row (seed, seed + 1, ...): its headline metric's mean "
+        "and spread over them (default 3)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=cpu_threads("--threads"),
+        default=1,
+        metavar="N",
+        help="torch threads, at most the CPU count (default 1: many small tensor operations, which "
+        "a second thread barely speeds up and which slow down on shared cores)",
+    )
+    parser.add_argument("--no-oracle", action="store_true", help="skip the oracle top-k row after each fixed pattern")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="instead of --patterns: budget curves (k = 1..32 keys per query for a window, window + "
+        "[CLS], oracle top-k), a global-token ablation and a layer ablation, with CI bands "
+        "(prune.png shows them; 32 rows, about 3 minutes of CPU time at the defaults)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -95,22 +159,29 @@ def main(args: argparse.Namespace) -> int:
     names = [spec.name for spec in specs]
     if len(set(names)) < len(names):  # two rows of one name are one name in every output file
         twice = next(n for n in names if names.count(n) > 1)
-        raise ValueError(f"Expected each pattern once (got {twice!r} twice, as "
-                         f"{[t for t, n in zip(args.patterns or [], names) if n == twice]!r})")
+        raise ValueError(
+            f"Expected each pattern once (got {twice!r} twice, as "
+            f"{[t for t, n in zip(args.patterns or [], names) if n == twice]!r})"
+        )
     for spec in specs:  # scopes against the model's range, and pattern functions on a few tokens, before loading
         prune.specs.check_spec(spec, int(config.num_hidden_layers), int(config.num_attention_heads))
     prune.models.check_max_length(config, args.max_length)
     trained = prune.models.trained_length(args.model, config)
     if trained is not None and args.max_length > trained:
-        print(f"warning: --max-length {args.max_length} is above the {trained} tokens the model was trained on; "
-              "its attention on longer inputs is out of distribution", file=sys.stderr)
+        print(
+            f"warning: --max-length {args.max_length} is above the {trained} tokens the model was trained on; "
+            "its attention on longer inputs is out of distribution",
+            file=sys.stderr,
+        )
     task_name = args.task
     passages, source, dropped = None, PYDOC_SOURCE, {}
     if args.text:
         source = args.text
         if task_name.startswith("title"):
-            raise ValueError(f"Expected '--task' to be first-sentence or none with --text (got {task_name}, "
-                             "which needs the pydoc topics' titles)")
+            raise ValueError(
+                f"Expected '--task' to be first-sentence or none with --text (got {task_name}, "
+                "which needs the pydoc topics' titles)"
+            )
         passages = prune.corpus.read_passages(args.text, max_length=args.max_length, dropped=dropped)
     model, tokenizer = prune.load_model(args.model)
     limit = args.limit or {"first-sentence": DEFAULT_FIRST_SENTENCE, "none": 48}.get(task_name)
@@ -131,23 +202,45 @@ def _report(args, specs, task, source, model, tokenizer, sweep=None) -> int:
 
     pooling = args.pooling or prune.models.default_pooling(args.model)
     dropped = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in task.dropped.items() if v) or "nothing"
-    print(f"task {task.name}: {len(task.queries)} queries, {len(task.documents)} documents from {source} "
-          f"(dropped: {dropped}); model {args.model or MODEL_NAME}, {pooling} pooling, "
-          f"max {args.max_length} tokens; torch threads {torch.get_num_threads()}")
+    print(
+        f"task {task.name}: {len(task.queries)} queries, {len(task.documents)} documents from {source} "
+        f"(dropped: {dropped}); model {args.model or MODEL_NAME}, {pooling} pooling, "
+        f"max {args.max_length} tokens; torch threads {torch.get_num_threads()}"
+    )
     t0 = time.perf_counter()
-    results = prune.run_experiment(specs, task=task, model=model, tokenizer=tokenizer, max_length=args.max_length,
-                                   oracle=not (args.no_oracle or sweep), pooling=pooling, seed=args.seed,
-                                   resamples=args.resamples, keep_embeddings=args.embeddings, seeds=args.seeds)
+    results = prune.run_experiment(
+        specs,
+        task=task,
+        model=model,
+        tokenizer=tokenizer,
+        max_length=args.max_length,
+        oracle=not (args.no_oracle or sweep),
+        pooling=pooling,
+        seed=args.seed,
+        resamples=args.resamples,
+        keep_embeddings=args.embeddings,
+        seeds=args.seeds,
+    )
     total = time.perf_counter() - t0
     print(prune.format_table(results))
     ok, msg = prune.self_check(results[0])
     print(msg)
     if not ok:
-        print("graphattn prune: the self-check failed, so nothing was written (the dense row does not reproduce "
-              "Hugging Face eager; see the message above)", file=sys.stderr)
+        print(
+            "graphattn prune: the self-check failed, so nothing was written (the dense row does not reproduce "
+            "Hugging Face eager; see the message above)",
+            file=sys.stderr,
+        )
         return 1
-    results.meta.update(model=args.model or MODEL_NAME, source=source, seconds=total, self_check=msg, passed=ok,
-                        arguments={k: v for k, v in vars(args).items() if k != "func"}, **environment())
+    results.meta.update(
+        model=args.model or MODEL_NAME,
+        source=source,
+        seconds=total,
+        self_check=msg,
+        passed=ok,
+        arguments={k: v for k, v in vars(args).items() if k != "func"},
+        **environment(),
+    )
     results.meta.update(torch_threads=torch.get_num_threads())
     if sweep:
         results.meta["sweep"] = [[spec.name, group, x] for spec, (_, group, x) in zip(specs, sweep)]
@@ -173,8 +266,16 @@ def environment() -> dict:
         except metadata.PackageNotFoundError:
             versions[name] = None
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(graphattn.__file__),
-                                capture_output=True, text=True, timeout=5).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                cwd=os.path.dirname(graphattn.__file__),
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"versions": versions, "git_commit": commit}
@@ -206,8 +307,14 @@ def fidelity_figure(results, meta: dict):
     viz.pareto(realisable, ax=axes[1], x="density", y="cos_mean", family="family")
     needs = [r for r in results if r.get("realisable") is False]
     if needs:
-        axes[1].plot([r["density"] for r in needs], [r["cos_mean"] for r in needs], "o", color="0.55", mfc="white",
-                     label="needs dense scores (top-k, oracle): not on the front")
+        axes[1].plot(
+            [r["density"] for r in needs],
+            [r["cos_mean"] for r in needs],
+            "o",
+            color="0.55",
+            mfc="white",
+            label="needs dense scores (top-k, oracle): not on the front",
+        )
     cosines = [r["cos_mean"] for r in results if r.get("realisable") is not None]
     axes[1].set_ylim(min(cosines) - 0.03, 1.01)  # every row in view, the realisable front's lowest point too
     axes[1].set_xscale("log")
@@ -215,11 +322,19 @@ def fidelity_figure(results, meta: dict):
     axes[1].set_ylabel("document-embedding cosine to dense (mean)")
     axes[1].legend(fontsize=7, loc="center right")
     _drift_panel(axes[2], results)
-    for ax, title in zip(axes, ("the task against attention cost", "fidelity to dense against density",
-                                "per-layer drift (realisable patterns)")):
+    for ax, title in zip(
+        axes,
+        (
+            "the task against attention cost",
+            "fidelity to dense against density",
+            "per-layer drift (realisable patterns)",
+        ),
+    ):
         ax.set_title(title, fontsize=10)
-    fig.suptitle(f"{meta.get('model', '')}: task {meta.get('task')}, {meta.get('queries')} queries, "
-                 f"{meta.get('documents')} documents, <= {meta.get('max_length')} tokens")
+    fig.suptitle(
+        f"{meta.get('model', '')}: task {meta.get('task')}, {meta.get('queries')} queries, "
+        f"{meta.get('documents')} documents, <= {meta.get('max_length')} tokens"
+    )
     return fig
 
 
@@ -228,19 +343,26 @@ def _task_panel(ax, results) -> None:
 
     metric = "nll" if "nll" in results[0] else ("MRR" if "MRR" in results[0] else "cos_mean")
     labelled = []
-    for realisable, style in ((True, dict(fmt="o", color="C0")),
-                              (False, dict(fmt="o", color="0.55", mfc="white"))):
+    for realisable, style in ((True, dict(fmt="o", color="C0")), (False, dict(fmt="o", color="0.55", mfc="white"))):
         rows = [r for r in results if r.get("realisable") is realisable]
         if not rows:
             continue
         x, y = [r["attn_gflop"] for r in rows], [r[metric] for r in rows]
         err = None
         if f"{metric}_lo" in rows[0]:
-            err = [[max(0.0, r[f"{metric}_delta"] - r[f"{metric}_lo"]) for r in rows],
-                   [max(0.0, r[f"{metric}_hi"] - r[f"{metric}_delta"]) for r in rows]]
-        ax.errorbar(x, y, yerr=err, capsize=3, linestyle="none",
-                    label="realisable patterns" if realisable else "needs dense scores (top-k, oracle): not a saving",
-                    **style)
+            err = [
+                [max(0.0, r[f"{metric}_delta"] - r[f"{metric}_lo"]) for r in rows],
+                [max(0.0, r[f"{metric}_hi"] - r[f"{metric}_delta"]) for r in rows],
+            ]
+        ax.errorbar(
+            x,
+            y,
+            yerr=err,
+            capsize=3,
+            linestyle="none",
+            label="realisable patterns" if realisable else "needs dense scores (top-k, oracle): not a saving",
+            **style,
+        )
         labelled.append((rows, style["color"], not realisable))
     front = sorted((r for r in results if r["realisable"] is True), key=lambda r: r["attn_gflop"])
     sign = -1.0 if metric == "nll" else 1.0  # lower NLL is better
@@ -274,13 +396,26 @@ def _labels(ax, labelled, metric) -> None:
             if crowded or r["pattern"] == "full":
                 column.append((r, color))
             else:
-                ax.annotate(r["pattern"], (r["attn_gflop"], r[metric]), xytext=(5, 3), textcoords="offset points",
-                            fontsize=6, color=color)
+                ax.annotate(
+                    r["pattern"],
+                    (r["attn_gflop"], r[metric]),
+                    xytext=(5, 3),
+                    textcoords="offset points",
+                    fontsize=6,
+                    color=color,
+                )
     gap = min(0.05, 0.4 / max(len(column), 1))
     for k, (r, color) in enumerate(sorted(column, key=lambda rc: -rc[0][metric])):  # top to bottom: no crossings
-        ax.annotate(r["pattern"] + (" (dense)" if r["pattern"] == "full" else ""), (r["attn_gflop"], r[metric]),
-                    xytext=(0.22, 0.62 - k * gap), textcoords="axes fraction", fontsize=6, color=color, va="center",
-                    arrowprops=dict(arrowstyle="-", color=color, lw=0.4, alpha=0.6, shrinkA=1, shrinkB=3))
+        ax.annotate(
+            r["pattern"] + (" (dense)" if r["pattern"] == "full" else ""),
+            (r["attn_gflop"], r[metric]),
+            xytext=(0.22, 0.62 - k * gap),
+            textcoords="axes fraction",
+            fontsize=6,
+            color=color,
+            va="center",
+            arrowprops=dict(arrowstyle="-", color=color, lw=0.4, alpha=0.6, shrinkA=1, shrinkB=3),
+        )
 
 
 def _drift_panel(ax, results) -> None:
@@ -321,11 +456,21 @@ def sweep_figure(results, meta: dict):
     for k, group in enumerate(("window", "window|cls", "topk")):
         xs, rs = zip(*groups[group])
         y = [r[metric] for r in rs]
-        axes[0].plot(xs, y, "o--" if group == "topk" else "o-", color=f"C{k}",
-                     label=group + (" (needs dense scores: not a saving)" if group == "topk" else ""))
+        axes[0].plot(
+            xs,
+            y,
+            "o--" if group == "topk" else "o-",
+            color=f"C{k}",
+            label=group + (" (needs dense scores: not a saving)" if group == "topk" else ""),
+        )
         if f"{metric}_lo" in rs[0]:
-            axes[0].fill_between(xs, [dense + r[f"{metric}_lo"] for r in rs], [dense + r[f"{metric}_hi"] for r in rs],
-                                 color=f"C{k}", alpha=0.15)
+            axes[0].fill_between(
+                xs,
+                [dense + r[f"{metric}_lo"] for r in rs],
+                [dense + r[f"{metric}_hi"] for r in rs],
+                color=f"C{k}",
+                alpha=0.15,
+            )
     axes[0].axhline(dense, color="0.3", ls=":", lw=0.8, label=f"dense ({dense:.3f})")
     axes[0].set_xscale("log", base=2)
     axes[0].set_xlabel("keys per query k")
@@ -343,11 +488,12 @@ def _bars(ax, items, metric, title):
     labels = [str(x) for x, _ in items]
     rs = [r for _, r in items]
     delta = [r.get(f"{metric}_delta", 0.0) for r in rs]
-    err = [[d - r.get(f"{metric}_lo", d) for d, r in zip(delta, rs)],
-           [r.get(f"{metric}_hi", d) - d for d, r in zip(delta, rs)]]
+    err = [
+        [d - r.get(f"{metric}_lo", d) for d, r in zip(delta, rs)],
+        [r.get(f"{metric}_hi", d) - d for d, r in zip(delta, rs)],
+    ]
     ax.bar(range(len(rs)), delta, yerr=err, capsize=3, color="C0", alpha=0.8)
     ax.axhline(0, color="0.3", lw=0.8)
     ax.set_xticks(range(len(rs)), labels, fontsize=7, rotation=30)
     ax.set_ylabel(f"change in {metric} against dense (95 % CI)")
     ax.set_title(title, fontsize=10)
-

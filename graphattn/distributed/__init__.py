@@ -21,12 +21,12 @@ from graphattn.distributed.plan import ExchangePlan, block_bounds, build_plan
 from graphattn.distributed.traffic import pattern_rows, ring_rows
 
 __all__ = [
-           "ExchangePlan",
-           "attention",
-           "block_bounds",
-           "build_plan",
-           "exchange",
-           "pattern_rows",
-           "plan_for_group",
-           "ring_rows",
+    "ExchangePlan",
+    "attention",
+    "block_bounds",
+    "build_plan",
+    "exchange",
+    "pattern_rows",
+    "plan_for_group",
+    "ring_rows",
 ]

@@ -17,8 +17,14 @@ __all__ = ["attention", "plan_for_group"]
 
 def _check_initialised() -> None:
     if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError(message("torch.distributed", "initialised before context-parallel attention",
-                                   "no process group", "call torch.distributed.init_process_group first"))
+        raise RuntimeError(
+            message(
+                "torch.distributed",
+                "initialised before context-parallel attention",
+                "no process group",
+                "call torch.distributed.init_process_group first",
+            )
+        )
 
 
 def plan_for_group(graph, num_local: int, group=None) -> ExchangePlan:
@@ -48,8 +54,14 @@ def plan_for_group(graph, num_local: int, group=None) -> ExchangePlan:
     _check_initialised()
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     if rank < 0:
-        raise ValueError(message("group", "a process group this process belongs to", f"rank {rank} in it",
-                                 "call context-parallel attention only on the group's members"))
+        raise ValueError(
+            message(
+                "group",
+                "a process group this process belongs to",
+                f"rank {rank} in it",
+                "call context-parallel attention only on the group's members",
+            )
+        )
     device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"  # NCCL moves device tensors only
     sizes = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]  # P x (1,)
     # the list form: all_gather_into_tensor is deprecated in torch 2.13 and all_gather_single is new there
@@ -143,18 +155,37 @@ def attention(
     """
     check_qkv(query, key, value)
     if key.size(0) != query.size(0):
-        raise ValueError(message("key", "the rows of this process's block, as many as 'query'",
-                                 f"{key.size(0)} keys and {query.size(0)} queries"))
+        raise ValueError(
+            message(
+                "key",
+                "the rows of this process's block, as many as 'query'",
+                f"{key.size(0)} keys and {query.size(0)} queries",
+            )
+        )
     _check_initialised()
     plan = graph if isinstance(graph, ExchangePlan) else plan_for_group(graph, query.size(0), group)
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     if (plan.world_size, plan.rank, plan.sizes[plan.rank]) != (world, rank, query.size(0)):
-        raise ValueError(message("graph", f"a plan for rank {rank} of {world} with {query.size(0)} rows",
-                                 f"rank {plan.rank} of {plan.world_size} with {plan.sizes[plan.rank]} rows"))
+        raise ValueError(
+            message(
+                "graph",
+                f"a plan for rank {rank} of {world} with {query.size(0)} rows",
+                f"rank {plan.rank} of {plan.world_size} with {plan.sizes[plan.rank]} rows",
+            )
+        )
     d = key.size(-1)
     rows = torch.cat([key, value], -1)  # (n, H, D + D_v)
     buffer = torch.cat([rows, exchange(rows, plan, group)])  # (n + n_recv, H, D + D_v)
     keys, values = buffer[..., :d], buffer[..., d:]  # (n + n_recv, H, D), (n + n_recv, H, D_v)
-    return local_attention(query, keys, values, plan.edge_index.to(query.device), scale=scale,
-                           edge_bias=edge_bias, dropout=dropout, training=training,
-                           need_weights=need_weights, impl=impl)
+    return local_attention(
+        query,
+        keys,
+        values,
+        plan.edge_index.to(query.device),
+        scale=scale,
+        edge_bias=edge_bias,
+        dropout=dropout,
+        training=training,
+        need_weights=need_weights,
+        impl=impl,
+    )

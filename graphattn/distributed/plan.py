@@ -91,8 +91,10 @@ class ExchangePlan:
     num_edges: int
 
     def __repr__(self) -> str:
-        return (f"ExchangePlan(rank={self.rank}, sizes={self.sizes}, receives {self.recv_source.numel()} rows, "
-                f"sends {self.send_index.numel()} rows, {self.edge_ids.numel()} of {self.num_edges} edges)")
+        return (
+            f"ExchangePlan(rank={self.rank}, sizes={self.sizes}, receives {self.recv_source.numel()} rows, "
+            f"sends {self.send_index.numel()} rows, {self.edge_ids.numel()} of {self.num_edges} edges)"
+        )
 
     @property
     def world_size(self) -> int:
@@ -106,7 +108,7 @@ class ExchangePlan:
     @property
     def start(self) -> int:
         """First global position of this process's block."""
-        return sum(self.sizes[:self.rank])
+        return sum(self.sizes[: self.rank])
 
     @property
     def send_counts(self) -> list:
@@ -143,11 +145,19 @@ class ExchangePlan:
             key row plus one value row).
         """
         d_v = channels if value_channels is None else value_channels
-        row_bytes = check_int("heads", heads, 1) * (check_int("channels", channels, 1) + d_v) \
+        row_bytes = (
+            check_int("heads", heads, 1)
+            * (check_int("channels", channels, 1) + d_v)
             * check_int("element_size", element_size, 1)
+        )
         recv, send = self.rows.sum(1), self.rows.sum(0)  # (P,), (P,)
-        return {"recv_rows": recv.tolist(), "send_rows": send.tolist(), "row_bytes": row_bytes,
-                "recv_bytes": (recv * row_bytes).tolist(), "send_bytes": (send * row_bytes).tolist()}
+        return {
+            "recv_rows": recv.tolist(),
+            "send_rows": send.tolist(),
+            "row_bytes": row_bytes,
+            "recv_bytes": (recv * row_bytes).tolist(),
+            "send_bytes": (send * row_bytes).tolist(),
+        }
 
 
 def _global_edges(graph, L: int) -> Tensor:
@@ -217,6 +227,14 @@ def build_plan(graph, sizes, rank: int) -> ExchangePlan:
     inside = (j >= a) & (j < a + n)  # (E_local,)
     # own rows come first in the buffer; a received row sits at n + its rank in recv_source (ascending)
     local_j = torch.where(inside, j - a, n + torch.searchsorted(recv_source, j))  # (E_local,)
-    return ExchangePlan(sizes=tuple(int(s) for s in (bounds[1:] - bounds[:-1]).tolist()), rank=rank, rows=rows,
-                        send_index=send_index, recv_source=recv_source, edge_index=torch.stack([local_j, i - a]),
-                        edge_ids=mine, global_edge_index=torch.stack([j, i]), num_edges=src.numel())
+    return ExchangePlan(
+        sizes=tuple(int(s) for s in (bounds[1:] - bounds[:-1]).tolist()),
+        rank=rank,
+        rows=rows,
+        send_index=send_index,
+        recv_source=recv_source,
+        edge_index=torch.stack([local_j, i - a]),
+        edge_ids=mine,
+        global_edge_index=torch.stack([j, i]),
+        num_edges=src.numel(),
+    )

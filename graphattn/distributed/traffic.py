@@ -46,7 +46,7 @@ def _strided(p: _Strided, a: int, b: int, L: int) -> Tensor:
 
 def _bigbird(table: Tensor, block: int, a: int, b: int, L: int) -> Tensor:
     # query block qa..qb reads the key blocks of its table rows, each block c covers [c b, min((c + 1) b, L))
-    rows = table[a // block:(b - 1) // block + 1].any(0).nonzero().squeeze(1)  # (n_blocks,) key blocks
+    rows = table[a // block : (b - 1) // block + 1].any(0).nonzero().squeeze(1)  # (n_blocks,) key blocks
     starts = (rows * block).repeat_interleave(block)  # (n_blocks * block,)
     j = starts + torch.arange(block).repeat(rows.numel())  # (n_blocks * block,)
     return j[j < L]

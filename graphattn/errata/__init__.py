@@ -16,8 +16,15 @@ from graphattn.errata import book
 from graphattn.errata.minilm import ERRATA_SENTENCE, OTHER_SENTENCE
 from graphattn.steps import BOOK_SCALED, BOOK_WEIGHTS
 
-__all__ = ["BOOK_SCALED", "BOOK_WEIGHTS", "ERRATA_SENTENCE", "OTHER_SENTENCE", "errata", "errata_lines",
-           "errata_markdown"]
+__all__ = [
+    "BOOK_SCALED",
+    "BOOK_WEIGHTS",
+    "ERRATA_SENTENCE",
+    "OTHER_SENTENCE",
+    "errata",
+    "errata_lines",
+    "errata_markdown",
+]
 
 
 def errata(model: bool = False) -> list[dict]:
@@ -49,8 +56,15 @@ def errata(model: bool = False) -> list[dict]:
     >>> len(rows), rows[0]["measured"][:31]
     (7, 'the division is right (1.05 / 0')
     """
-    rows = [book.softmax_worked(), book.learnable_edges(), book.square(), book.very_negative(), book.mask_after(),
-            book.encoder(), book.diagonal()]
+    rows = [
+        book.softmax_worked(),
+        book.learnable_edges(),
+        book.square(),
+        book.very_negative(),
+        book.mask_after(),
+        book.encoder(),
+        book.diagonal(),
+    ]
     if model:
         from graphattn.errata.minilm import errata_minilm
 

@@ -12,8 +12,18 @@ import torch
 
 from graphattn.steps import BOOK_SCALED, BOOK_WEIGHTS, WORKED_SCORES, worked_example
 
-__all__ = ["row", "tiny", "softmax_worked", "learnable_edges", "square", "very_negative", "mask_after", "encoder",
-           "diagonal", "BOOK_TOLERANCE"]
+__all__ = [
+    "row",
+    "tiny",
+    "softmax_worked",
+    "learnable_edges",
+    "square",
+    "very_negative",
+    "mask_after",
+    "encoder",
+    "diagonal",
+    "BOOK_TOLERANCE",
+]
 
 BOOK_TOLERANCE = 0.01  # the book prints two decimals: a weight "fits" within 0.01
 
@@ -43,15 +53,21 @@ def softmax_worked() -> dict:
     w = torch.softmax(torch.tensor(WORKED_SCORES, dtype=torch.float64) / c[:, None], dim=1)  # (C, 3)
     fits = c[(w - torch.tensor(BOOK_WEIGHTS, dtype=torch.float64)).abs().amax(1) <= BOOK_TOLERANCE]  # (C_fit,)
     low, high = fits.min().item(), fits.max().item()
-    return row("softmax(2.1 / sqrt(4), 0.4 / sqrt(4), -0.3 / sqrt(4)) = softmax(1.05, 0.2, -0.15) "
-               "= 0.67 / 0.21 / 0.12, so the token takes about two thirds of its output from itself",
-               f"the division is right ({' / '.join(f'{s:g}' for s in scaled)}); the exp-and-normalise step is "
-               f"wrong: softmax(1.05, 0.2, -0.15) = {_fmt(right)} (off by {book_error:.3f}), so the token takes "
-               f"{right[0]:.0%} from itself, not two thirds; the book's weights fit softmax(s / c) within "
-               f"{BOOK_TOLERANCE} for any divisor c in {low:.2f}-{high:.2f} (sqrt(2) among them), so guessing "
-               f"d_k = 2 explains nothing: the book divides by 2 itself",
-               **{f"w{j}": x for j, x in enumerate(right)}, division_error=division_error, book_error=book_error,
-               self_share=right[0], fit_low=low, fit_high=high)
+    return row(
+        "softmax(2.1 / sqrt(4), 0.4 / sqrt(4), -0.3 / sqrt(4)) = softmax(1.05, 0.2, -0.15) "
+        "= 0.67 / 0.21 / 0.12, so the token takes about two thirds of its output from itself",
+        f"the division is right ({' / '.join(f'{s:g}' for s in scaled)}); the exp-and-normalise step is "
+        f"wrong: softmax(1.05, 0.2, -0.15) = {_fmt(right)} (off by {book_error:.3f}), so the token takes "
+        f"{right[0]:.0%} from itself, not two thirds; the book's weights fit softmax(s / c) within "
+        f"{BOOK_TOLERANCE} for any divisor c in {low:.2f}-{high:.2f} (sqrt(2) among them), so guessing "
+        f"d_k = 2 explains nothing: the book divides by 2 itself",
+        **{f"w{j}": x for j, x in enumerate(right)},
+        division_error=division_error,
+        book_error=book_error,
+        self_share=right[0],
+        fit_low=low,
+        fit_high=high,
+    )
 
 
 def learnable_edges() -> dict:
@@ -66,12 +82,17 @@ def learnable_edges() -> dict:
     with torch.no_grad():
         a1, a2 = (mha(x, x, x)[1][0, 0, 1].item() for x in (x1, x2))  # alpha_01 (query 0, key 1), heads averaged
         long = mha(*(torch.randn(1, 50, 8, generator=gen, dtype=torch.float64),) * 3)[1].shape  # (B, L, S)
-    return row("attention is a fully connected graph network with learnable edge weights",
-               f"no edge has a parameter: nn.MultiheadAttention(8, 2) holds {count} numbers in {len(shapes)} "
-               f"tensors, none with a length axis, and the same ones score {long[-1]} x {long[-1]} edges; the edge "
-               f"1 -> 0 between the same two tokens weighs {a1:.3f} in one input and {a2:.3f} in another: the "
-               f"weights are computed from node features for every input (what is learned is W_Q and W_K)",
-               parameters=count, tensors=len(shapes), alpha_input_1=a1, alpha_input_2=a2)
+    return row(
+        "attention is a fully connected graph network with learnable edge weights",
+        f"no edge has a parameter: nn.MultiheadAttention(8, 2) holds {count} numbers in {len(shapes)} "
+        f"tensors, none with a length axis, and the same ones score {long[-1]} x {long[-1]} edges; the edge "
+        f"1 -> 0 between the same two tokens weighs {a1:.3f} in one input and {a2:.3f} in another: the "
+        f"weights are computed from node features for every input (what is learned is W_Q and W_K)",
+        parameters=count,
+        tensors=len(shapes),
+        alpha_input_1=a1,
+        alpha_input_2=a2,
+    )
 
 
 def square() -> dict:
@@ -92,12 +113,17 @@ def square() -> dict:
     step = six_steps(x[-1:], w_q, w_k, w_v, x_kv=x)  # the new token's query against the cached keys and values
     rows, cols = step.scores.shape[-2:]  # (1, t)
     diff = (step.output[0] - full[-1]).abs().max()
-    return row("self-attention's score matrix is n x n; if it is not square, the d_k of Q and K differ",
-               f"on one sequence n x n holds, but the diagnosis is wrong: a d_k mismatch (Q width {d}, K width 3) "
-               f"never makes a matrix, the product fails first ({mismatch}); self-attention itself makes "
-               f"non-square scores: a KV-cached decoding step scores {rows} x {cols} (one new query, {t} cached "
-               f"keys) and equals the last row of full causal attention (max |diff| {tiny(diff)})",
-               mismatch_raises=mismatch == "RuntimeError", step_rows=rows, step_cols=cols, cache_diff=diff)
+    return row(
+        "self-attention's score matrix is n x n; if it is not square, the d_k of Q and K differ",
+        f"on one sequence n x n holds, but the diagnosis is wrong: a d_k mismatch (Q width {d}, K width 3) "
+        f"never makes a matrix, the product fails first ({mismatch}); self-attention itself makes "
+        f"non-square scores: a KV-cached decoding step scores {rows} x {cols} (one new query, {t} cached "
+        f"keys) and equals the last row of full causal attention (max |diff| {tiny(diff)})",
+        mismatch_raises=mismatch == "RuntimeError",
+        step_rows=rows,
+        step_cols=cols,
+        cache_diff=diff,
+    )
 
 
 def very_negative() -> dict:
@@ -111,13 +137,17 @@ def very_negative() -> dict:
     inf = s.masked_fill(~keep, float("-inf")).softmax(-1)  # (L, S)
     q = k = v = torch.randn(4, 1, 2, generator=gen, dtype=torch.float64)  # (L, H, D)
     out, _ = attention(q, k, v, torch.tensor([[0, 1], [0, 0]]))  # (L, H, D); edges 0 -> 0, 1 -> 0 only
-    return row("filling masked scores with a very negative number (-1e9) makes their weights vanish",
-               f"only in a row that keeps a key (masked weights {big[0, 2:].max().item():.1f}); a fully masked row "
-               f"(a padding query) gets uniform weights {big[1].min().item():.2f} on the masked keys with -1e9 and "
-               f"{'NaN' if torch.isnan(inf[1]).all() else 'finite weights'} with -inf; graph attention gives a "
-               f"query with no edge a zero row (max |y| {out[1:].abs().max().item():.1f})",
-               partial_masked_max=big[0, 2:].max(), full_row_weight=big[1].mean(),
-               inf_nan=bool(torch.isnan(inf[1]).all()), graph_zero_row=out[1:].abs().max())
+    return row(
+        "filling masked scores with a very negative number (-1e9) makes their weights vanish",
+        f"only in a row that keeps a key (masked weights {big[0, 2:].max().item():.1f}); a fully masked row "
+        f"(a padding query) gets uniform weights {big[1].min().item():.2f} on the masked keys with -1e9 and "
+        f"{'NaN' if torch.isnan(inf[1]).all() else 'finite weights'} with -inf; graph attention gives a "
+        f"query with no edge a zero row (max |y| {out[1:].abs().max().item():.1f})",
+        partial_masked_max=big[0, 2:].max(),
+        full_row_weight=big[1].mean(),
+        inf_nan=bool(torch.isnan(inf[1]).all()),
+        graph_zero_row=out[1:].abs().max(),
+    )
 
 
 def mask_after() -> dict:
@@ -139,11 +169,16 @@ def mask_after() -> dict:
     right16 = scores.masked_fill(~keep, float("-inf")).softmax(-1)[0, 0]  # masked before: exactly 1
     diff = (renormalised - correct).abs().max()
     low = zeroed.sum(-1).min()
-    return row("masking after the softmax zeroes then renormalises, so the mask is useless",
-               f"zero-then-renormalise equals correct masking (max |diff| {tiny(diff)}); the failures are zeroing "
-               f"without renormalising (row sums down to {low:.3f}) and float16 underflow "
-               f"(renormalised weight {'NaN' if nan16 else 'finite'}; masking first gives {float(right16):.1f})",
-               renormalise_diff=diff, min_row_sum=low, float16_nan=bool(nan16), float16_masked_first=right16)
+    return row(
+        "masking after the softmax zeroes then renormalises, so the mask is useless",
+        f"zero-then-renormalise equals correct masking (max |diff| {tiny(diff)}); the failures are zeroing "
+        f"without renormalising (row sums down to {low:.3f}) and float16 underflow "
+        f"(renormalised weight {'NaN' if nan16 else 'finite'}; masking first gives {float(right16):.1f})",
+        renormalise_diff=diff,
+        min_row_sum=low,
+        float16_nan=bool(nan16),
+        float16_masked_first=right16,
+    )
 
 
 def encoder() -> dict:
@@ -155,10 +190,13 @@ def encoder() -> dict:
 
     enc = attentions(nn.TransformerEncoderLayer(8, 2, dim_feedforward=8))
     dec = attentions(nn.TransformerDecoderLayer(8, 2, dim_feedforward=8))
-    return row("the encoder uses cross-attention",
-               f"torch's encoder layer has {len(enc)} attention ({', '.join(enc)}: queries, keys and values "
-               f"from the same tokens); only the decoder layer adds cross-attention ({', '.join(dec)})",
-               encoder_attentions=len(enc), decoder_attentions=len(dec))
+    return row(
+        "the encoder uses cross-attention",
+        f"torch's encoder layer has {len(enc)} attention ({', '.join(enc)}: queries, keys and values "
+        f"from the same tokens); only the decoder layer adds cross-attention ({', '.join(dec)})",
+        encoder_attentions=len(enc),
+        decoder_attentions=len(dec),
+    )
 
 
 def diagonal(L: int = 16, d: int = 64, draws: int = 200, mix: float = 0.7) -> dict:
@@ -173,8 +211,14 @@ def diagonal(L: int = 16, d: int = 64, draws: int = 200, mix: float = 0.7) -> di
             a = torch.softmax((x @ w_q) @ (x @ w_key).T / math.sqrt(d), dim=-1)  # (L, d) · (d, L) -> (L, L)
             shares[name] += a.diagonal().mean().item() / draws
     free, mixed, tied = shares["free"], shares["mixed"], shares["tied"]
-    return row("the diagonal is dark because queries and keys come from the same input",
-               f"independent random W_Q, W_K (L = {L}, d = {d}, {draws} draws): mean self-weight {free:.4f} "
-               f"~ uniform 1/L = {1 / L:.4f}; it grows as W_K resembles W_Q: W_K = {mix} W_Q + {1 - mix:.1f} W' "
-               f"gives {mixed:.3f}, W_K = W_Q {tied:.3f}: a bright diagonal is learned, not built in",
-               random_self_weight=free, uniform=1 / L, mixed_self_weight=mixed, tied_self_weight=tied, mix=mix)
+    return row(
+        "the diagonal is dark because queries and keys come from the same input",
+        f"independent random W_Q, W_K (L = {L}, d = {d}, {draws} draws): mean self-weight {free:.4f} "
+        f"~ uniform 1/L = {1 / L:.4f}; it grows as W_K resembles W_Q: W_K = {mix} W_Q + {1 - mix:.1f} W' "
+        f"gives {mixed:.3f}, W_K = W_Q {tied:.3f}: a bright diagonal is learned, not built in",
+        random_self_weight=free,
+        uniform=1 / L,
+        mixed_self_weight=mixed,
+        tied_self_weight=tied,
+        mix=mix,
+    )

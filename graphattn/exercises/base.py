@@ -45,8 +45,11 @@ def unanswered(answer) -> Verdict | None:
 def as_tensor(answer, name: str = "answer") -> Tensor:
     """``answer`` as a float64 tensor, or TypeError naming what was given."""
     try:
-        return torch.as_tensor(answer, dtype=torch.float64).detach() if not isinstance(answer, Tensor) \
+        return (
+            torch.as_tensor(answer, dtype=torch.float64).detach()
+            if not isinstance(answer, Tensor)
             else answer.detach().to(torch.float64)
+        )
     except (TypeError, ValueError, RuntimeError) as err:
         raise TypeError(f"Expected '{name}' to be numbers or a tensor (got {type(answer).__name__})") from err
 
@@ -56,14 +59,17 @@ def as_edges(answer, name: str = "edge_index") -> Tensor:
     if isinstance(answer, (list, tuple)) and len(answer) == 2 and all(isinstance(t, Tensor) for t in answer):
         answer = [t.reshape(-1) for t in answer]
         if answer[0].numel() != answer[1].numel():
-            raise TypeError(f"Expected '{name}' to be two rows of equal length (got {answer[0].numel()} sources "
-                            f"and {answer[1].numel()} targets)")
+            raise TypeError(
+                f"Expected '{name}' to be two rows of equal length (got {answer[0].numel()} sources "
+                f"and {answer[1].numel()} targets)"
+            )
         return torch.stack(answer).long()
     try:
         return torch.as_tensor(answer).long()
     except (TypeError, ValueError, RuntimeError) as err:
-        raise TypeError(f"Expected '{name}' to be a (2, E) tensor of node indices (got {type(answer).__name__})") \
-            from err
+        raise TypeError(
+            f"Expected '{name}' to be a (2, E) tensor of node indices (got {type(answer).__name__})"
+        ) from err
 
 
 def same_edges(a: Tensor, b: Tensor) -> bool:

@@ -9,8 +9,14 @@ from torch import Tensor
 
 from graphattn.exercises.base import as_edges, as_tensor, close, unanswered, verdict
 
-__all__ = ["check_equal_scores", "check_book_softmax", "check_masked_softmax", "check_bipartite_edges",
-           "check_no_incoming", "check_message_passing"]
+__all__ = [
+    "check_equal_scores",
+    "check_book_softmax",
+    "check_masked_softmax",
+    "check_bipartite_edges",
+    "check_no_incoming",
+    "check_message_passing",
+]
 
 
 def _fmt(t: Tensor) -> str:
@@ -29,8 +35,11 @@ def check_equal_scores(answer):
         return verdict(False, "those are the scaled scores 3 / sqrt(9); the weights are their softmax.")
     if a.numel() == 1 and close(a, right[:1], 1e-3):
         return verdict(False, f"{a.item():.3f} is each key's weight; give all three, one per key.")
-    return verdict(False, f"one query's weights sum to 1 and equal scores give equal weights (yours: {_fmt(a)}, "
-                          f"sum {a.sum().item():.3f}).")
+    return verdict(
+        False,
+        f"one query's weights sum to 1 and equal scores give equal weights (yours: {_fmt(a)}, "
+        f"sum {a.sum().item():.3f}).",
+    )
 
 
 def check_book_softmax(answer):
@@ -42,18 +51,25 @@ def check_book_softmax(answer):
     e = (s / 2).exp()  # (3,)
     right = e / e.sum()
     if close(a, right, 1e-3):
-        return verdict(True, f"exp = {_fmt(e)}, Z = {e.sum().item():.3f}, weights {_fmt(right)}: the token keeps "
-                             f"{right[0].item():.0%} of itself, not the book's two thirds.")
-    wrong = {"the book's printed 0.67 / 0.21 / 0.12, which no correct softmax of 1.05 / 0.2 / -0.15 gives":
-             torch.tensor([0.67, 0.21, 0.12], dtype=torch.float64),
-             "the softmax of the raw scores: divide by sqrt(4) = 2 first": torch.softmax(s, 0),
-             "divided by d_k = 4; scale by 1 / sqrt(d_k)": torch.softmax(s / 4, 0),
-             "divided by sqrt(2); the book's d_k is 4": torch.softmax(s / math.sqrt(2), 0)}
+        return verdict(
+            True,
+            f"exp = {_fmt(e)}, Z = {e.sum().item():.3f}, weights {_fmt(right)}: the token keeps "
+            f"{right[0].item():.0%} of itself, not the book's two thirds.",
+        )
+    wrong = {
+        "the book's printed 0.67 / 0.21 / 0.12, which no correct softmax of 1.05 / 0.2 / -0.15 gives": torch.tensor(
+            [0.67, 0.21, 0.12], dtype=torch.float64
+        ),
+        "the softmax of the raw scores: divide by sqrt(4) = 2 first": torch.softmax(s, 0),
+        "divided by d_k = 4; scale by 1 / sqrt(d_k)": torch.softmax(s / 4, 0),
+        "divided by sqrt(2); the book's d_k is 4": torch.softmax(s / math.sqrt(2), 0),
+    }
     for why, w in wrong.items():
         if close(a, w, 6e-3):
             return verdict(False, f"that is {why}.")
-    return verdict(False, f"exponentiate the scaled scores 1.05 / 0.2 / -0.15, then divide each by their sum "
-                          f"(yours: {_fmt(a)}).")
+    return verdict(
+        False, f"exponentiate the scaled scores 1.05 / 0.2 / -0.15, then divide each by their sum (yours: {_fmt(a)})."
+    )
 
 
 def check_masked_softmax(fn):
@@ -75,23 +91,33 @@ def check_masked_softmax(fn):
     if close(got, right, 1e-6):  # float32 noise is right too
         return verdict(True, "masked keys get 0, each row that keeps a key sums to 1, the padding row is zero.")
     if got.shape != right.shape:
-        return verdict(False, f"return one weight per (query, key): shape {tuple(right.shape)} "
-                              f"(got {tuple(got.shape)}).")
+        return verdict(
+            False, f"return one weight per (query, key): shape {tuple(right.shape)} (got {tuple(got.shape)})."
+        )
     if torch.isnan(got[0]).any():
         return verdict(False, "the fully masked row 0 is NaN: -inf everywhere gives 0 / 0; give it zeros.")
     if close(got[0], torch.full((5,), 0.2, dtype=torch.float64)):
-        return verdict(False, "the fully masked row 0 is uniform (0.2 each): a very negative fill such as -1e9 "
-                              "does that; it must read nothing, a zero row.")
+        return verdict(
+            False,
+            "the fully masked row 0 is uniform (0.2 each): a very negative fill such as -1e9 "
+            "does that; it must read nothing, a zero row.",
+        )
     inverted = torch.where(~keep, scores, float("-inf")).softmax(-1).nan_to_num(0.0)  # True read as "masked"
     if close(got, inverted, 1e-6):
-        return verdict(False, "the mask is read the other way round: keep[i, j] True means query i MAY attend to "
-                              "key j (SDPA's polarity; nn.MultiheadAttention's masks use the opposite one).")
+        return verdict(
+            False,
+            "the mask is read the other way round: keep[i, j] True means query i MAY attend to "
+            "key j (SDPA's polarity; nn.MultiheadAttention's masks use the opposite one).",
+        )
     if (got[~keep].abs() > 1e-12).any():
         return verdict(False, "masked keys have weight: mask (-inf) before the softmax.")
     sums = got[1:].sum(-1)  # (L - 1,)
     if ((sums - 1).abs() > 1e-6).any():
-        return verdict(False, f"rows that keep a key must sum to 1 (yours: {_fmt(sums)}): zeroing after the "
-                              "softmax without renormalising leaves them short.")
+        return verdict(
+            False,
+            f"rows that keep a key must sum to 1 (yours: {_fmt(sums)}): zeroing after the "
+            "softmax without renormalising leaves them short.",
+        )
     return verdict(False, "the weights differ from a softmax over each row's kept keys.")
 
 
@@ -109,10 +135,16 @@ def check_bipartite_edges(edge_index, num_queries: int = 7, num_keys: int = 3):
     if set(got) == want:
         return verdict(True, f"{len(want)} = {num_queries} x {num_keys} edges, {num_keys} into each query.")
     if {(i, j) for j, i in got} == want:
-        return verdict(False, f"the rows are swapped: row 0 is the source = key j (< {num_keys}), row 1 the "
-                              f"target = query i (< {num_queries}).")
-    return verdict(False, f"the complete bipartite graph has every (key j, query i) pair: {len(want)} edges "
-                          f"(got {len(got)}, {len(set(got) & want)} of them right).")
+        return verdict(
+            False,
+            f"the rows are swapped: row 0 is the source = key j (< {num_keys}), row 1 the "
+            f"target = query i (< {num_queries}).",
+        )
+    return verdict(
+        False,
+        f"the complete bipartite graph has every (key j, query i) pair: {len(want)} edges "
+        f"(got {len(got)}, {len(set(got) & want)} of them right).",
+    )
 
 
 def check_no_incoming(answer):
@@ -124,8 +156,11 @@ def check_no_incoming(answer):
         return verdict(False, "that is empty; give node 0's output row (one number per channel).")
     if bool((a == 0).all()):
         return verdict(True, "a node with no incoming edge aggregates nothing: its row is exactly zero.")
-    return verdict(False, "node 0 has no incoming edge left, so no message reaches it and its row is zero; "
-                          "the layer never adds the self-loop back (got a nonzero row).")
+    return verdict(
+        False,
+        "node 0 has no incoming edge left, so no message reaches it and its row is zero; "
+        "the layer never adds the self-loop back (got a nonzero row).",
+    )
 
 
 def _reference(q: Tensor, k: Tensor, v: Tensor, edge_index: Tensor) -> Tensor:
@@ -160,8 +195,11 @@ def check_message_passing(fn):
     s = (q[ei[1]] * k[ei[0]]).sum(-1) / 2  # (E, H): the right scores
     glob = torch.zeros_like(right).index_add_(0, ei[1], s.softmax(0)[..., None] * val[ei[0]])  # one softmax
     if close(got, glob, 1e-9):
-        return verdict(False, "the softmax ran over all edges at once; normalise over the edges into each "
-                              "target (torch_geometric.utils.softmax(score, index=edge_index[1])).")
+        return verdict(
+            False,
+            "the softmax ran over all edges at once; normalise over the edges into each "
+            "target (torch_geometric.utils.softmax(score, index=edge_index[1])).",
+        )
     if close(got, _reference(q * 2, k, val, ei), 1e-9):
         return verdict(False, "the scores are not scaled: divide q . k by sqrt(D).")
     flipped = _reference(q, k, val, ei.flip(0)) if q.size(0) == k.size(0) else None

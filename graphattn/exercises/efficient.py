@@ -6,8 +6,13 @@ import torch
 
 from graphattn.exercises.base import as_edges, as_tensor, close, unanswered, verdict
 
-__all__ = ["check_window_edges", "check_causal_density", "check_sliding_window", "check_online_merge",
-           "check_kv_cache_bytes"]
+__all__ = [
+    "check_window_edges",
+    "check_causal_density",
+    "check_sliding_window",
+    "check_online_merge",
+    "check_kv_cache_bytes",
+]
 
 
 def check_window_edges(answer, length: int = 10):
@@ -18,8 +23,7 @@ def check_window_edges(answer, length: int = 10):
     if answer == right:
         return verdict(True, f"{right} = 3 L - 2: the first and last token have one neighbour only.")
     if answer == 3 * length:
-        return verdict(False, f"3 L = {3 * length} counts two neighbours for the first and last token, "
-                              "which have one.")
+        return verdict(False, f"3 L = {3 * length} counts two neighbours for the first and last token, which have one.")
     return verdict(False, f"count the pairs (j, i) with |i - j| <= 1 on L = {length} (got {answer}).")
 
 
@@ -28,13 +32,13 @@ def check_causal_density(answer, length: int = 16):
     if (v := unanswered(answer)) is not None:
         return v
     edges = sum(1 for i in range(length) for j in range(i + 1))  # j <= i
-    right = edges / length ** 2
+    right = edges / length**2
     if abs(float(answer) - right) < 1e-9:
-        return verdict(True, f"{edges} edges of {length ** 2}: density {right:.4f}, just over one half.")
-    if abs(float(answer) - (edges - length) / length ** 2) < 1e-9:
+        return verdict(True, f"{edges} edges of {length**2}: density {right:.4f}, just over one half.")
+    if abs(float(answer) - (edges - length) / length**2) < 1e-9:
         return verdict(False, "the causal graph keeps the self-loops j = i: a token reads itself.")
     if float(answer) == edges:
-        return verdict(False, f"that is the edge count; the density divides it by L^2 = {length ** 2}.")
+        return verdict(False, f"that is the edge count; the density divides it by L^2 = {length**2}.")
     return verdict(False, f"density = (pairs with j <= i) / L^2 (got {answer}).")
 
 
@@ -50,12 +54,17 @@ def check_sliding_window(edge_index, length: int = 8, past: int = 2):
     if got == want and ei.size(1) == len(want):
         return verdict(True, f"{len(want)} edges: token i reads j = i - {past} .. i.")
     if {(i, j) for j, i in got} == want:
-        return verdict(False, "the edges read the future: row 0 is the source = key j, row 1 the target = query i, "
-                              "and causal means j <= i.")
+        return verdict(
+            False,
+            "the edges read the future: row 0 is the source = key j, row 1 the target = query i, "
+            "and causal means j <= i.",
+        )
     if got == want - {(i, i) for i in range(length)}:
         return verdict(False, "each token also reads itself (the self-loop j = i).")
-    return verdict(False, f"expected {len(want)} edges (j, i) with i - {past} <= j <= i (got {ei.size(1)}, "
-                          f"{len(got & want)} right).")
+    return verdict(
+        False,
+        f"expected {len(want)} edges (j, i) with i - {past} <= j <= i (got {ei.size(1)}, {len(got & want)} right).",
+    )
 
 
 def check_online_merge(fn):
@@ -84,20 +93,27 @@ def check_online_merge(fn):
         return verdict(False, "the output is right, but m should be the running max of both blocks.")
     naive = (parts[2] + parts[5]) / (parts[1] + parts[4])[:, None]
     if close(o / denom[:, None], naive, 1e-9):
-        return verdict(False, "the blocks' sums were added without rescaling: multiply block b's l and o by "
-                              "exp(m_b - m), m = max(m1, m2).")
+        return verdict(
+            False,
+            "the blocks' sums were added without rescaling: multiply block b's l and o by "
+            "exp(m_b - m), m = max(m1, m2).",
+        )
     return verdict(False, "o / l differs from full attention over both blocks.")
 
 
-def check_kv_cache_bytes(answer, layers: int, query_heads: int, kv_heads: int, head_dim: int, tokens: int,
-                         bytes_per_value: int = 2):
+def check_kv_cache_bytes(
+    answer, layers: int, query_heads: int, kv_heads: int, head_dim: int, tokens: int, bytes_per_value: int = 2
+):
     """Notebook 7: the bytes of a KV cache: keys and values, per layer, per key-value head, per token."""
     if (v := unanswered(answer)) is not None:
         return v
     right = 2 * layers * kv_heads * head_dim * tokens * bytes_per_value  # K and V
     if answer == right:
-        return verdict(True, f"{right:,} bytes: {query_heads // kv_heads} query heads share each cached key-value "
-                             f"head, {query_heads // kv_heads}x less than one cache per query head.")
+        return verdict(
+            True,
+            f"{right:,} bytes: {query_heads // kv_heads} query heads share each cached key-value "
+            f"head, {query_heads // kv_heads}x less than one cache per query head.",
+        )
     if answer == right * query_heads // kv_heads:
         return verdict(False, f"that caches one key-value head per query head; only {kv_heads} are stored.")
     if answer * 2 == right:

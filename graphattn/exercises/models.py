@@ -7,8 +7,16 @@ from torch import Tensor
 
 from graphattn.exercises.base import as_edges, as_tensor, close, same_edges, unanswered, verdict
 
-__all__ = ["check_top_received", "check_cls_reads", "check_sentence_embedding", "check_karate_edges",
-           "check_relabelled_edges", "check_gat_first_key", "check_global_edges", "check_causal_bias"]
+__all__ = [
+    "check_top_received",
+    "check_cls_reads",
+    "check_sentence_embedding",
+    "check_karate_edges",
+    "check_relabelled_edges",
+    "check_gat_first_key",
+    "check_global_edges",
+    "check_causal_bias",
+]
 
 
 def check_top_received(answer, weights: Tensor, tokens: list[str]):
@@ -21,8 +29,11 @@ def check_top_received(answer, weights: Tensor, tokens: list[str]):
         return verdict(True, f"{right} receives {received.max().item():.2f} of the {len(tokens)} rows' weight.")
     if answer in tokens:
         got = received[tokens.index(answer)].item()
-        return verdict(False, f"'{answer}' receives {got:.2f}; sum each key's column (weights[:, :, j]) over the "
-                              f"queries, heads averaged.")
+        return verdict(
+            False,
+            f"'{answer}' receives {got:.2f}; sum each key's column (weights[:, :, j]) over the "
+            f"queries, heads averaged.",
+        )
     return verdict(False, f"answer one of the tokens {tokens} (got {answer!r}).")
 
 
@@ -68,8 +79,9 @@ def check_karate_edges(answer):
     data = KarateClub()[0]
     right = data.edge_index.size(1) + data.num_nodes  # directed friendships + one self-loop per member
     if answer == right:
-        return verdict(True, f"{right}: {data.edge_index.size(1)} directed friendships and {data.num_nodes} "
-                             "self-loops.")
+        return verdict(
+            True, f"{right}: {data.edge_index.size(1)} directed friendships and {data.num_nodes} self-loops."
+        )
     if answer == data.edge_index.size(1):
         return verdict(False, "the self-loops added to the graph are edges too: each member reads itself.")
     if answer == data.edge_index.size(1) // 2 + data.num_nodes or answer == data.edge_index.size(1) // 2:
@@ -87,8 +99,11 @@ def check_relabelled_edges(answer, edge_index: Tensor, perm: Tensor):
     if same_edges(a, inverse[edge_index]):  # in any edge order: a graph's edges are a set
         return verdict(True, "old node u is new node inverse[u]: the same edges between renumbered nodes.")
     if same_edges(a, perm[edge_index]):
-        return verdict(False, "x[perm] puts old node perm[n] at n, so old node u moves to the inverse "
-                              "permutation's position; use inverse[edge_index].")
+        return verdict(
+            False,
+            "x[perm] puts old node perm[n] at n, so old node u moves to the inverse "
+            "permutation's position; use inverse[edge_index].",
+        )
     return verdict(False, "renumber both rows of edge_index with the inverse permutation.")
 
 
@@ -102,12 +117,18 @@ def check_gat_first_key(answer, gat, x: Tensor):
     right = source.argmax(0)  # (H,): one key per head
     a = torch.as_tensor(answer).reshape(-1)
     if a.shape == right.shape and bool((a == right).all()):
-        return verdict(True, f"per head, the key with the largest a_src · W x_j: {right.tolist()}; each head has "
-                             "its own static ranking.")
+        return verdict(
+            True,
+            f"per head, the key with the largest a_src · W x_j: {right.tolist()}; each head has "
+            "its own static ranking.",
+        )
     query = (gat.lin(x).view(-1, heads, channels) * gat.att_dst).sum(-1).argmax(0)  # (H,)
     if a.shape == right.shape and bool((a == query).all()):
-        return verdict(False, "that ranks by the query term a_dst · W x_i, which is the same for every key of a row; "
-                              "the key term a_src · W x_j decides.")
+        return verdict(
+            False,
+            "that ranks by the query term a_dst · W x_i, which is the same for every key of a row; "
+            "the key term a_src · W x_j decides.",
+        )
     return verdict(False, f"one key per head: the argmax over j of a_src · W x_j (got {a.tolist()}).")
 
 
@@ -119,8 +140,11 @@ def check_global_edges(answer, sizes=(12, 20, 7)):
     if answer == right:
         return verdict(True, f"{right} = sum of n^2: attention stays inside each graph.")
     if answer == sum(sizes) ** 2:
-        return verdict(False, f"{sum(sizes) ** 2} = (sum n)^2 lets nodes of different graphs read each other; "
-                              "the global step is one complete graph per graph.")
+        return verdict(
+            False,
+            f"{sum(sizes) ** 2} = (sum n)^2 lets nodes of different graphs read each other; "
+            "the global step is one complete graph per graph.",
+        )
     return verdict(False, f"a complete graph with self-loops per graph: sum of n^2 (got {answer}).")
 
 
@@ -138,8 +162,11 @@ def check_causal_bias(bias, edge_index: Tensor):
     if bool(torch.isneginf(b[~future & (edge_index[0] != edge_index[1])]).all()):
         return verdict(False, "that blocks the past: row 0 is the source j, row 1 the target i; causal blocks j > i.")
     if not blocked and bool((b[future] <= -1e4).all()):
-        return verdict(False, "a large finite penalty such as -1e9 gives the future edges weight 0 here only because "
-                              "exp underflows while each row keeps an allowed key; -inf is exact for any scores.")
+        return verdict(
+            False,
+            "a large finite penalty such as -1e9 gives the future edges weight 0 here only because "
+            "exp underflows while each row keeps an allowed key; -inf is exact for any scores.",
+        )
     if not blocked:
         return verdict(False, "the future edges j > i need -inf (a finite penalty leaves them some weight).")
     return verdict(False, "the allowed edges j <= i need bias 0, or their scores change.")

@@ -21,6 +21,17 @@ from graphattn.graphs.batching import batch_sequences, nodes_to_padded, padded_t
 from graphattn.graphs.edges import check_edge_index, edge_index_to_mask, mask_to_edge_index, sort_edge_index
 from graphattn.graphs.weights import dense_to_edge_weights, edge_weights_to_dense
 
-__all__ = ["check_edge_index", "mask_to_edge_index", "edge_index_to_mask", "sort_edge_index",
-           "edge_weights_to_dense", "dense_to_edge_weights", "batch_sequences", "padded_to_nodes",
-           "nodes_to_padded", "to_edge_index", "set_adjacency_cache_size", "ADJ_CACHE_SIZE"]
+__all__ = [
+    "check_edge_index",
+    "mask_to_edge_index",
+    "edge_index_to_mask",
+    "sort_edge_index",
+    "edge_weights_to_dense",
+    "dense_to_edge_weights",
+    "batch_sequences",
+    "padded_to_nodes",
+    "nodes_to_padded",
+    "to_edge_index",
+    "set_adjacency_cache_size",
+    "ADJ_CACHE_SIZE",
+]

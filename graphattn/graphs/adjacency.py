@@ -15,7 +15,9 @@ __all__ = ["to_edge_index", "set_adjacency_cache_size", "ADJ_CACHE_SIZE"]
 
 
 ADJ_CACHE_SIZE = 16
-_ADJ_CACHE = ContentCache("graphattn.graphs adjacency cache", ADJ_CACHE_SIZE, "graphattn.graphs.set_adjacency_cache_size(n)")
+_ADJ_CACHE = ContentCache(
+    "graphattn.graphs adjacency cache", ADJ_CACHE_SIZE, "graphattn.graphs.set_adjacency_cache_size(n)"
+)
 
 
 def set_adjacency_cache_size(n: int) -> None:
@@ -59,8 +61,11 @@ def _components(adj) -> tuple[Tensor, ...]:
 
 def _cached_conversion(adj) -> tuple[Tensor, Tensor | None]:
     """:func:`_sparse_to_edge_index`, once per adjacency content (so the kernels' structure cache hits too)."""
-    return _ADJ_CACHE.get(("adjacency", adj.layout if isinstance(adj, Tensor) else "SparseTensor", tuple(adj.size())),
-                          _components(adj), lambda: _sparse_to_edge_index(adj))
+    return _ADJ_CACHE.get(
+        ("adjacency", adj.layout if isinstance(adj, Tensor) else "SparseTensor", tuple(adj.size())),
+        _components(adj),
+        lambda: _sparse_to_edge_index(adj),
+    )
 
 
 def to_edge_index(adj, size=None) -> tuple[Tensor, tuple[int, int] | None, Tensor | None]:
@@ -109,8 +114,10 @@ def to_edge_index(adj, size=None) -> tuple[Tensor, tuple[int, int] | None, Tenso
             own = tuple(known) if None not in known else None
             edge_index = adj.as_tensor()  # the same plain tensor on every call
     else:
-        raise TypeError(f"Expected 'edge_index' to be a LongTensor (2, E), an EdgeIndex, a torch.sparse "
-                        f"adjacency or a SparseTensor (got {type(adj).__name__})")
+        raise TypeError(
+            f"Expected 'edge_index' to be a LongTensor (2, E), an EdgeIndex, a torch.sparse "
+            f"adjacency or a SparseTensor (got {type(adj).__name__})"
+        )
     if size is not None and own is not None and tuple(own) != size:
         raise ValueError(f"Expected 'size' to match the adjacency's size (S, L) = {tuple(own)} (got {size})")
     return edge_index, size or own, values

@@ -16,12 +16,20 @@ __all__ = ["batch_sequences", "padded_to_nodes", "nodes_to_padded"]
 
 def _length_tensor(lengths) -> Tensor:
     """``lengths`` as a LongTensor (B,) on the CPU, checked; a Tensor without a Python loop over its entries."""
-    if isinstance(lengths, Tensor) and lengths.dim() == 1 and not (
-            lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool):
+    if (
+        isinstance(lengths, Tensor)
+        and lengths.dim() == 1
+        and not (lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool)
+    ):
         counts = lengths.detach().long().cpu()  # (B,)
         if counts.numel() and (int(counts.min()) < 0 or int(counts.sum()) > MAX_LENGTH):
-            raise ValueError(message("lengths", f"non-negative ints, {MAX_LENGTH} nodes at most in all",
-                                     f"a minimum of {int(counts.min())} and {int(counts.sum())} nodes"))
+            raise ValueError(
+                message(
+                    "lengths",
+                    f"non-negative ints, {MAX_LENGTH} nodes at most in all",
+                    f"a minimum of {int(counts.min())} and {int(counts.sum())} nodes",
+                )
+            )
         return counts
     return torch.tensor(_check_lengths(lengths), dtype=torch.long)  # (B,)
 
@@ -132,8 +140,9 @@ def padded_to_nodes(x: Tensor, lengths: Sequence[int] | Tensor) -> tuple[Tensor,
     return x[valid], batch  # (N, ...), (N,)
 
 
-def nodes_to_padded(x: Tensor, batch: Tensor, max_length: int | None = None,
-                    batch_size: int | None = None) -> tuple[Tensor, Tensor]:
+def nodes_to_padded(
+    x: Tensor, batch: Tensor, max_length: int | None = None, batch_size: int | None = None
+) -> tuple[Tensor, Tensor]:
     """Pad node features back to ``(B, T, F)``; the inverse of :func:`padded_to_nodes`.
 
     Node n goes to row ``batch[n]``, in its order among that sequence's nodes;

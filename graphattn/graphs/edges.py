@@ -27,8 +27,14 @@ def _size_pair(size, name: str = "size") -> tuple[int, int]:
 def _check_dense(num_dst: int, num_src: int, heads: int = 1) -> None:
     """Refuse a dense (H, L, S) result of more than ``MAX_ELEMENTS`` entries before allocating it."""
     if heads * num_dst * num_src > MAX_ELEMENTS:
-        raise ValueError(message("size", f"a dense (H, L, S) of at most {MAX_ELEMENTS} entries",
-                                 f"H = {heads}, L = {num_dst}, S = {num_src}", "keep the edge list"))
+        raise ValueError(
+            message(
+                "size",
+                f"a dense (H, L, S) of at most {MAX_ELEMENTS} entries",
+                f"H = {heads}, L = {num_dst}, S = {num_src}",
+                "keep the edge list",
+            )
+        )
 
 
 def check_edge_index(edge_index: Tensor, num_sources: int, num_targets: int, name: str = "edge_index") -> None:
@@ -51,11 +57,19 @@ def check_edge_index(edge_index: Tensor, num_sources: int, num_targets: int, nam
         Not an integer tensor (a nested list too); a shape other than (2, E); an index out of range.
     """
     if not isinstance(edge_index, Tensor):
-        raise TypeError(message(name, "a LongTensor of shape (2, E)", type(edge_index).__name__,
-                                "build one with torch.tensor(..., dtype=torch.long)"))
+        raise TypeError(
+            message(
+                name,
+                "a LongTensor of shape (2, E)",
+                type(edge_index).__name__,
+                "build one with torch.tensor(..., dtype=torch.long)",
+            )
+        )
     if edge_index.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"Expected {name!r} to have an integer dtype (got {edge_index.dtype}); "
-                        "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index")
+        raise TypeError(
+            f"Expected {name!r} to have an integer dtype (got {edge_index.dtype}); "
+            "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index"
+        )
     if edge_index.dim() != 2 or edge_index.size(0) != 2:  # the template's own example (docs/style.md)
         raise ValueError(f"Expected {name!r} to have shape (2, E) (got {tuple(edge_index.shape)})")
     if edge_index.numel() == 0:
@@ -74,9 +88,15 @@ def _check_mask(mask: Tensor, name: str = "mask") -> None:
     """A 2-D bool tensor, True = may attend; the message for a float mask states the polarity."""
     check_tensor(name, mask, shape_text="(L, S)")
     if mask.dtype != torch.bool:
-        raise TypeError(message(name, "a bool tensor where True means may attend", mask.dtype,
-                                f"for a 0/1 tensor where 1 means may attend, pass {name}.bool(); an "
-                                f"nn.MultiheadAttention mask (True = blocked) must be inverted first: ~{name}"))
+        raise TypeError(
+            message(
+                name,
+                "a bool tensor where True means may attend",
+                mask.dtype,
+                f"for a 0/1 tensor where 1 means may attend, pass {name}.bool(); an "
+                f"nn.MultiheadAttention mask (True = blocked) must be inverted first: ~{name}",
+            )
+        )
     check_tensor(name, mask, dim=2, shape_text="(L, S)")
 
 
@@ -172,9 +192,9 @@ def sort_edge_index(edge_index: Tensor, num_sources: int) -> tuple[Tensor, Tenso
             [0, 1, 1]]), tensor([2, 1, 0]))
     """
     num_sources = check_int("num_sources", num_sources)
-    check_edge_index(edge_index, num_sources, 2 ** 63)  # any int64 target
+    check_edge_index(edge_index, num_sources, 2**63)  # any int64 target
     src, dst = edge_index.long()  # (E,), (E,) the key in int64: int32 edges would wrap
-    if dst.numel() and (int(dst.max()) + 1) * max(num_sources, 1) <= 2 ** 63 - 1:
+    if dst.numel() and (int(dst.max()) + 1) * max(num_sources, 1) <= 2**63 - 1:
         perm = torch.argsort(dst * max(num_sources, 1) + src, stable=True)  # (E,) key i S + j
     else:  # i S + j would not fit in int64: two stable passes, by source, then by target
         by_src = torch.argsort(src, stable=True)  # (E,)

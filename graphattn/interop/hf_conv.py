@@ -47,16 +47,24 @@ def attention_conv_from_hf(module: nn.Module):
         weights = list(zip(w.chunk(3), b.chunk(3)))
         out_proj, dropout = (module.c_proj.weight.t(), module.c_proj.bias), module.attn_dropout.p
     else:
-        raise TypeError("Expected a BertSelfAttention-like module (query/key/value nn.Linear) or a GPT2Attention "
-                        f"(c_attn/c_proj) (got {type(module).__name__})")
+        raise TypeError(
+            "Expected a BertSelfAttention-like module (query/key/value nn.Linear) or a GPT2Attention "
+            f"(c_attn/c_proj) (got {type(module).__name__})"
+        )
     in_channels, out_channels = weights[0][0].size(1), weights[0][0].size(0)
     dim = out_channels // heads
-    scaling = getattr(module, "scaling", dim ** -0.5)
-    if abs(scaling - dim ** -0.5) > 1e-12 * dim ** -0.5:
-        raise NotImplementedError(f"Expected the module's scaling to be 1/sqrt(D) = {dim ** -0.5} (got {scaling})")
+    scaling = getattr(module, "scaling", dim**-0.5)
+    if abs(scaling - dim**-0.5) > 1e-12 * dim**-0.5:
+        raise NotImplementedError(f"Expected the module's scaling to be 1/sqrt(D) = {dim**-0.5} (got {scaling})")
     ref = weights[0][0]
-    conv = AttentionConv(in_channels, out_channels, heads=heads, dropout=dropout, bias=weights[0][1] is not None,
-                         output_projection=out_proj is not None).to(device=ref.device, dtype=ref.dtype)
+    conv = AttentionConv(
+        in_channels,
+        out_channels,
+        heads=heads,
+        dropout=dropout,
+        bias=weights[0][1] is not None,
+        output_projection=out_proj is not None,
+    ).to(device=ref.device, dtype=ref.dtype)
     with torch.no_grad():
         lins = [conv.lin_query, conv.lin_key, conv.lin_value] + ([conv.lin_out] if out_proj is not None else [])
         for lin, (w, b) in zip(lins, weights + ([out_proj] if out_proj is not None else [])):

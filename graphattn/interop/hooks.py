@@ -87,10 +87,13 @@ def active(kind: str, model: nn.Module, modules: list[nn.Module], value):
             raise NotImplementedError(
                 f"{type(model).__name__} ran a forward pass without calling graph attention in any of its "
                 f"{len(modules)} attention modules, so {kind}() would change nothing; it needs a model whose "
-                "attention goes through transformers' AttentionInterface")
+                "attention goes through transformers' AttentionInterface"
+            )
 
-    handles = [model.register_forward_pre_hook(lambda _m, _a: before.append(entry.calls)),
-               model.register_forward_hook(check)]
+    handles = [
+        model.register_forward_pre_hook(lambda _m, _a: before.append(entry.calls)),
+        model.register_forward_hook(check),
+    ]
     try:
         yield
     finally:
@@ -116,9 +119,16 @@ def _state(module: nn.Module) -> tuple[int | None, object, list, list]:
         return _LAYERS.get(module), spec, observers, [e.value for e in recorders]
 
 
-def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value: Tensor,
-                            attention_mask: Tensor | None, scaling: float | None = None, dropout: float = 0.0,
-                            **kwargs) -> tuple[Tensor, Tensor | None]:
+def graph_attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[Tensor, Tensor | None]:
     """The ``"graphattn"`` attention function, with the signature transformers calls.
 
     Parameters
@@ -159,8 +169,15 @@ def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value
         value = value.repeat_interleave(heads // value.size(1), dim=1)  # (B, H, S, D_v)
     is_causal = kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", False) if is_causal is None else is_causal
-    graph = base_graph(attention_mask, num_b, num_q, num_k, bool(is_causal) and num_q > 1, query.device,
-                       self_attention=not _is_cross(module))
+    graph = base_graph(
+        attention_mask,
+        num_b,
+        num_q,
+        num_k,
+        bool(is_causal) and num_q > 1,
+        query.device,
+        self_attention=not _is_cross(module),
+    )
     layer, spec, observers, recorders = _state(module)
     if spec is not None:
         graph = sparse_graph(graph, spec, layer, query, key)
@@ -170,8 +187,17 @@ def graph_attention_forward(module: nn.Module, query: Tensor, key: Tensor, value
     edge_bias = None if graph.edge_bias is None else graph.edge_bias.to(q.dtype)  # (E, Hm)
     wanted = _weights_requested(module, kwargs)
     need = wanted or bool(recorders) or bool(observers)  # weights only for someone who reads them
-    out, alpha = ops.attention(q, k, v, graph.edge_index, scale=scaling, edge_bias=edge_bias, dropout=dropout,
-                               training=module.training, need_weights=need)  # (B*L, H, D_v), (E, H) or None
+    out, alpha = ops.attention(
+        q,
+        k,
+        v,
+        graph.edge_index,
+        scale=scaling,
+        edge_bias=edge_bias,
+        dropout=dropout,
+        training=module.training,
+        need_weights=need,
+    )  # (B*L, H, D_v), (E, H) or None
     for calls in recorders:
         calls.append((layer, graph, alpha.detach()))
     out = out.view(num_b, num_q, heads, -1)  # (B, L, H, D_v)

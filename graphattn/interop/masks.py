@@ -43,8 +43,7 @@ from graphattn.graphs import dense_to_edge_weights, edge_index_to_mask, edge_wei
 from graphattn.patterns import is_pattern
 from graphattn.validate import check_int, message
 
-__all__ = ["BatchGraph", "graph_from_mask", "base_graph", "sparse_graph", "note_padding", "clear_cache",
-           "keep_graphs"]
+__all__ = ["BatchGraph", "graph_from_mask", "base_graph", "sparse_graph", "note_padding", "clear_cache", "keep_graphs"]
 
 
 def _stacked(t: Tensor) -> Tensor:
@@ -99,15 +98,18 @@ def graph_from_mask(allowed: Tensor, bias: Tensor | None, valid: Tensor | None =
     """
     num_b, num_m, num_q, num_k = allowed.shape
     if valid is not None:  # a padding token is an absent node: no edge in either direction
-        queries = valid[:, num_k - num_q:]  # (B, L): query i is key position S - L + i
+        queries = valid[:, num_k - num_q :]  # (B, L): query i is key position S - L + i
         allowed = allowed & (queries[:, None, :, None] & valid[:, None, None, :])  # (B, Hm, L, S)
     union = allowed.any(dim=1)  # (B, L, S)
     rows = mask_to_edge_index(union.reshape(num_b * num_q, num_k))  # (2, E): (j, b*L + i), sorted by (b, i, j)
     edge_index = torch.stack([rows[1] // num_q * num_k + rows[0], rows[1]])  # (2, E): (b*S + j, b*L + i)
     edge_bias = None
     if bias is not None or num_m > 1:
-        edge_bias = dense_to_edge_weights(_stacked(bias), rows) if bias is not None else \
-            torch.zeros(rows.size(1), 1, device=rows.device)  # (E, 1 or Hm)
+        edge_bias = (
+            dense_to_edge_weights(_stacked(bias), rows)
+            if bias is not None
+            else torch.zeros(rows.size(1), 1, device=rows.device)
+        )  # (E, 1 or Hm)
         if num_m > 1:  # (E, Hm): -inf removes the edge from the heads that lack it
             kept = dense_to_edge_weights(_stacked(allowed), rows)  # (E, Hm)
             edge_bias = edge_bias.expand(-1, num_m).masked_fill(~kept, float("-inf"))
@@ -141,8 +143,9 @@ def _padding_of(mask: Tensor) -> Tensor | None:
 
 # -- the mask -> graph cache ------------------------------------------------------------------------
 
-_CACHE = ContentCache("graphattn.interop mask-graph cache", 4, "graphattn.interop.masks._CACHE.resize(n)",
-                      by_content=True)  # 4: the self- and cross-attention masks of one forward pass fit
+_CACHE = ContentCache(
+    "graphattn.interop mask-graph cache", 4, "graphattn.interop.masks._CACHE.resize(n)", by_content=True
+)  # 4: the self- and cross-attention masks of one forward pass fit
 
 
 def clear_cache() -> None:
@@ -167,27 +170,37 @@ def keep_graphs(n: int):
         _CACHE.resize(before)
 
 
-def base_graph(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool,
-               device, self_attention: bool = True) -> BatchGraph:
+def base_graph(
+    attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool, device, self_attention: bool = True
+) -> BatchGraph:
     """The graph of a transformers mask, cached on the mask's content (shared by all layers of a forward).
 
     With ``self_attention`` (queries and keys are the same tokens) and a mask
     built from the model's padding, padding tokens are absent nodes.
     """
     if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[-2:] != (num_q, num_k)):
-        raise ValueError(f"Expected 'attention_mask' to have shape (B, 1 or H, {num_q}, {num_k}) "
-                         f"(got {tuple(attention_mask.shape)})")
+        raise ValueError(
+            f"Expected 'attention_mask' to have shape (B, 1 or H, {num_q}, {num_k}) (got {tuple(attention_mask.shape)})"
+        )
     cached = self_attention and num_q <= num_k  # L < S: the last L of S tokens (a KV cache)
     valid = _padding_of(attention_mask) if attention_mask is not None and cached else None
-    key = (num_b, num_q, num_k, causal, str(device), self_attention,
-           None if attention_mask is None else (tuple(attention_mask.shape), attention_mask.dtype))
+    key = (
+        num_b,
+        num_q,
+        num_k,
+        causal,
+        str(device),
+        self_attention,
+        None if attention_mask is None else (tuple(attention_mask.shape), attention_mask.dtype),
+    )
     tensors = tuple(t for t in (attention_mask, valid) if t is not None)
     key = key + (attention_mask is None, valid is None)  # which of the two the tensors are
     return _CACHE.get(key, tensors, lambda: _build(attention_mask, num_b, num_q, num_k, causal, device, valid))
 
 
-def _build(attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool, device,
-           valid: Tensor | None) -> BatchGraph:
+def _build(
+    attention_mask: Tensor | None, num_b: int, num_q: int, num_k: int, causal: bool, device, valid: Tensor | None
+) -> BatchGraph:
     if attention_mask is None:  # SDPA semantics: causal (upper-left, j <= i) or complete
         q = torch.arange(num_q, device=device).unsqueeze(1)  # (L, 1)
         kv = torch.arange(num_k, device=device).unsqueeze(0)  # (1, S)
@@ -216,17 +229,27 @@ def pattern_mask(pattern, graph: BatchGraph) -> Tensor:
         return graph.derived[pattern]
     num_b, num_q, num_k = graph.shape
     if num_q > num_k:
-        raise NotImplementedError(message("the attention", "self-attention whose L queries are the last L of its "
-                                          "S keys (L <= S; with a KV cache L < S) for a Pattern",
-                                          f"L={num_q}, S={num_k}"))
+        raise NotImplementedError(
+            message(
+                "the attention",
+                "self-attention whose L queries are the last L of its "
+                "S keys (L <= S; with a KV cache L < S) for a Pattern",
+                f"L={num_q}, S={num_k}",
+            )
+        )
     device = graph.allowed.device
     valid = graph.valid if graph.valid is not None else torch.ones(num_b, num_k, dtype=torch.bool, device=device)
     if num_q < num_k:
         if _depends_on_length(pattern):  # a cached key was computed under the draw for a shorter sequence
-            raise NotImplementedError(message(
-                "spec", "a pattern whose rows do not depend on the sequence length, with a KV cache",
-                f"{pattern.name}: its draws depend on (L, S), so the cached keys saw other edges than the same "
-                "tokens without the cache", "generate with use_cache=False"))
+            raise NotImplementedError(
+                message(
+                    "spec",
+                    "a pattern whose rows do not depend on the sequence length, with a KV cache",
+                    f"{pattern.name}: its draws depend on (L, S), so the cached keys saw other edges than the same "
+                    "tokens without the cache",
+                    "generate with use_cache=False",
+                )
+            )
         out = _cached_rows(pattern, valid, num_q)  # (B, 1, L, S)
         graph.derived[pattern] = out
         return out
@@ -265,8 +288,8 @@ def _cached_rows(pattern, valid: Tensor, num_q: int) -> Tensor:
         n = tokens.numel()
         if n == 0:
             continue
-        q_tok = valid[b].cumsum(0)[num_k - num_q:] - 1  # (L,) token id of query i (key position S - L + i)
-        q_real = valid[b, num_k - num_q:]  # (L,) padding queries are absent nodes
+        q_tok = valid[b].cumsum(0)[num_k - num_q :] - 1  # (L,) token id of query i (key position S - L + i)
+        q_real = valid[b, num_k - num_q :]  # (L,) padding queries are absent nodes
         kv_tok = torch.arange(n, device=valid.device)  # (n,)
         rows = pattern.bind(n, n).mask_mod(None, None, q_tok.clamp(min=0)[:, None], kv_tok[None, :])  # (L, n)
         out[b, 0][:, tokens] = rows.expand(num_q, n) & q_real[:, None]  # (L, n) into the padded key positions
@@ -285,12 +308,19 @@ def sparse_graph(graph: BatchGraph, spec, layer: int, query: Tensor, key: Tensor
     elif isinstance(result, Tensor) and result.dtype == torch.bool and result.dim() in (2, 4):
         keep = result if result.dim() == 4 else result[None, None]  # (B or 1, H or 1, L, S)
         if keep.shape[-2:] != (num_q, num_k) or keep.size(0) not in (1, num_b) or keep.size(1) not in (1, heads):
-            raise ValueError(f"Expected the sparsity mask to have shape (L, S) or (B or 1, H or 1, L, S) with "
-                             f"B={num_b}, H={heads}, L={num_q}, S={num_k} (got {tuple(result.shape)})")
+            raise ValueError(
+                f"Expected the sparsity mask to have shape (L, S) or (B or 1, H or 1, L, S) with "
+                f"B={num_b}, H={heads}, L={num_q}, S={num_k} (got {tuple(result.shape)})"
+            )
     else:
-        got = f"Tensor of {result.dtype}, shape {tuple(result.shape)}" if isinstance(result, Tensor) else \
-            type(result).__name__
-        raise TypeError("Expected the sparsity function to return None, a Pattern or a bool mask (L, S) or "
-                        f"(B, H, L, S), True = may attend (got {got})")
+        got = (
+            f"Tensor of {result.dtype}, shape {tuple(result.shape)}"
+            if isinstance(result, Tensor)
+            else type(result).__name__
+        )
+        raise TypeError(
+            "Expected the sparsity function to return None, a Pattern or a bool mask (L, S) or "
+            f"(B, H, L, S), True = may attend (got {got})"
+        )
     allowed = graph.allowed & keep.to(graph.allowed.device)  # (B, Hm, L, S)
     return graph_from_mask(allowed, graph.bias, graph.valid)

@@ -91,8 +91,10 @@ class AttentionRecord:
         Zero where there is no edge. Memory grows as N^2: meant for short inputs.
         """
         layers = range(self.num_layers) if layer is None else [layer]
-        out = [edge_weights_to_dense(self.edge_index[idx], self.alphas[idx], len(self.tokens))  # (H, N, N)
-               for idx in layers]
+        out = [
+            edge_weights_to_dense(self.edge_index[idx], self.alphas[idx], len(self.tokens))  # (H, N, N)
+            for idx in layers
+        ]
         return torch.stack(out) if layer is None else out[0]  # (layers, H, N, N) or (H, N, N)
 
     def mask(self, layer: int = 0) -> Tensor:
@@ -129,8 +131,15 @@ def _split(calls: list, valid: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
 
 
 @torch.no_grad()
-def attention_records(model, tokenizer, texts: list[str] | str, *, batch_size: int = 32,
-                      max_length: int | None = None, hidden_states: bool = False) -> list[AttentionRecord]:
+def attention_records(
+    model,
+    tokenizer,
+    texts: list[str] | str,
+    *,
+    batch_size: int = 32,
+    max_length: int | None = None,
+    hidden_states: bool = False,
+) -> list[AttentionRecord]:
     """Run ``model`` over ``texts`` and record every self-attention layer's graph and weights.
 
     Parameters
@@ -177,9 +186,10 @@ def attention_records(model, tokenizer, texts: list[str] | str, *, batch_size: i
     check_bool("hidden_states", hidden_states)
     records: list[AttentionRecord] = []
     for start in range(0, len(texts), batch_size):
-        chunk = list(texts[start:start + batch_size])
-        batch = tokenizer(chunk, padding=True, truncation=True, max_length=max_length,
-                          return_tensors="pt").to(model.device)
+        chunk = list(texts[start : start + batch_size])
+        batch = tokenizer(chunk, padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(
+            model.device
+        )
         with recording(model) as calls:
             out = model(**batch, output_hidden_states=hidden_states)
         valid = batch["attention_mask"].bool().cpu()  # (B, T)
@@ -187,11 +197,13 @@ def attention_records(model, tokenizer, texts: list[str] | str, *, batch_size: i
         for seq, text in enumerate(chunk):
             ids = batch["input_ids"][seq].cpu()[valid[seq]]  # (N,)
             states = [h[seq][valid[seq].to(h.device)].cpu() for h in out.hidden_states] if hidden_states else None
-            records.append(AttentionRecord(
-                text=text,
-                tokens=tokenizer.convert_ids_to_tokens(ids.tolist()),
-                edge_index=[e for e, _ in per_seq[seq]],
-                alphas=[a for _, a in per_seq[seq]],
-                hidden_states=states,
-            ))
+            records.append(
+                AttentionRecord(
+                    text=text,
+                    tokens=tokenizer.convert_ids_to_tokens(ids.tolist()),
+                    edge_index=[e for e, _ in per_seq[seq]],
+                    alphas=[a for _, a in per_seq[seq]],
+                    hidden_states=states,
+                )
+            )
     return records

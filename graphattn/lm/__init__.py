@@ -13,11 +13,28 @@ rest), ``train`` (resumable, data-parallel loop), ``probe`` (per-position
 loss, repeated n-grams, copy task), ``report`` (tables, comparisons, files,
 figure), ``experiment`` (presets and the whole run). See ``docs/lm.md``.
 """
+
 from graphattn.lm import data, experiment, flops, model, probe, report, train
 from graphattn.lm.data import Corpus, load_corpus
 from graphattn.lm.experiment import PRESETS, make_runs, run_experiment
 from graphattn.lm.model import ByteLM, LMConfig
 from graphattn.lm.train import RunConfig, train_run
 
-__all__ = ["data", "model", "flops", "train", "probe", "report", "experiment", "Corpus", "load_corpus", "ByteLM",
-           "LMConfig", "RunConfig", "train_run", "PRESETS", "make_runs", "run_experiment"]
+__all__ = [
+    "data",
+    "model",
+    "flops",
+    "train",
+    "probe",
+    "report",
+    "experiment",
+    "Corpus",
+    "load_corpus",
+    "ByteLM",
+    "LMConfig",
+    "RunConfig",
+    "train_run",
+    "PRESETS",
+    "make_runs",
+    "run_experiment",
+]

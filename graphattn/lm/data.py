@@ -30,8 +30,18 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-__all__ = ["SPLITS", "VOCAB", "SEPARATOR", "Corpus", "stdlib_root", "stdlib_files", "split_of", "load_corpus",
-           "sample_batch", "eval_windows"]
+__all__ = [
+    "SPLITS",
+    "VOCAB",
+    "SEPARATOR",
+    "Corpus",
+    "stdlib_root",
+    "stdlib_files",
+    "split_of",
+    "load_corpus",
+    "sample_batch",
+    "eval_windows",
+]
 
 SPLITS = ("train", "val", "test")
 VOCAB = 256  # byte values
@@ -144,7 +154,9 @@ def load_corpus(root: str | None = None, max_bytes: int | None = None) -> Corpus
     tensors = {}
     for name in SPLITS:
         blob = b"".join(parts[name])[:max_bytes]
-        tensors[name] = torch.frombuffer(bytearray(blob), dtype=torch.uint8) if blob else torch.zeros(0, dtype=torch.uint8)
+        tensors[name] = (
+            torch.frombuffer(bytearray(blob), dtype=torch.uint8) if blob else torch.zeros(0, dtype=torch.uint8)
+        )
     return Corpus(**tensors, files=files, sha256=digest.hexdigest(), root=root)
 
 

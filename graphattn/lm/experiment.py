@@ -28,13 +28,51 @@ __all__ = ["PRESETS", "make_runs", "run_experiment", "environment"]
 _MODEL = dict(layers=4, d_model=256, heads=4, d_ff=1024)
 _PATTERNS = [DENSE, "window:128", "strided:64", "window:128|global:0+1+2+3"]
 PRESETS = {
-    "smoke": dict(lengths=[128], patterns=[DENSE, "causal", "window:16"], seeds=[0], layers=2, d_model=64, heads=2,
-                  d_ff=256, batch=8, lr=3e-3, warmup=10, steps=100, seconds=None, evals=4, eval_windows=8,
-                  probe_windows=16),
-    "default": dict(lengths=[2048], patterns=_PATTERNS, seeds=[0], **_MODEL, batch=1, lr=1e-3, warmup=10,
-                    steps=None, seconds=110.0, evals=8, eval_windows=4, probe_windows=4),
-    "full": dict(lengths=[1024, 2048, 4096], patterns=_PATTERNS, seeds=[0, 1, 2], **_MODEL, batch=1, lr=1e-3,
-                 warmup=20, steps=None, seconds=1200.0, evals=20, eval_windows=16, probe_windows=8),
+    "smoke": dict(
+        lengths=[128],
+        patterns=[DENSE, "causal", "window:16"],
+        seeds=[0],
+        layers=2,
+        d_model=64,
+        heads=2,
+        d_ff=256,
+        batch=8,
+        lr=3e-3,
+        warmup=10,
+        steps=100,
+        seconds=None,
+        evals=4,
+        eval_windows=8,
+        probe_windows=16,
+    ),
+    "default": dict(
+        lengths=[2048],
+        patterns=_PATTERNS,
+        seeds=[0],
+        **_MODEL,
+        batch=1,
+        lr=1e-3,
+        warmup=10,
+        steps=None,
+        seconds=110.0,
+        evals=8,
+        eval_windows=4,
+        probe_windows=4,
+    ),
+    "full": dict(
+        lengths=[1024, 2048, 4096],
+        patterns=_PATTERNS,
+        seeds=[0, 1, 2],
+        **_MODEL,
+        batch=1,
+        lr=1e-3,
+        warmup=20,
+        steps=None,
+        seconds=1200.0,
+        evals=20,
+        eval_windows=16,
+        probe_windows=8,
+    ),
 }
 
 
@@ -63,11 +101,28 @@ def make_runs(preset: str = "smoke", **overrides) -> list[RunConfig]:
     for length in p["lengths"]:
         for seed in p["seeds"]:
             for pattern in p["patterns"]:
-                model = LMConfig(length=length, layers=p["layers"], d_model=p["d_model"], heads=p["heads"],
-                                 d_ff=p["d_ff"], pattern=pattern)
-                runs.append(RunConfig(model=model, seed=seed, batch=p["batch"], lr=p["lr"], warmup=p["warmup"],
-                                      steps=p["steps"], seconds=p["seconds"], evals=p["evals"],
-                                      eval_windows=p["eval_windows"], probe_windows=p["probe_windows"]))
+                model = LMConfig(
+                    length=length,
+                    layers=p["layers"],
+                    d_model=p["d_model"],
+                    heads=p["heads"],
+                    d_ff=p["d_ff"],
+                    pattern=pattern,
+                )
+                runs.append(
+                    RunConfig(
+                        model=model,
+                        seed=seed,
+                        batch=p["batch"],
+                        lr=p["lr"],
+                        warmup=p["warmup"],
+                        steps=p["steps"],
+                        seconds=p["seconds"],
+                        evals=p["evals"],
+                        eval_windows=p["eval_windows"],
+                        probe_windows=p["probe_windows"],
+                    )
+                )
     return runs
 
 
@@ -88,17 +143,40 @@ def environment() -> dict:
         except metadata.PackageNotFoundError:
             versions[name] = None
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(graphattn.__file__),
-                                capture_output=True, text=True, timeout=5).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                cwd=os.path.dirname(graphattn.__file__),
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         commit = None
-    return {"versions": versions, "git_commit": commit, "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-            "load_average": list(os.getloadavg()), "torch_threads": torch.get_num_threads(),
-            "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available()}
+    return {
+        "versions": versions,
+        "git_commit": commit,
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "load_average": list(os.getloadavg()),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "cuda": torch.cuda.is_available(),
+    }
 
 
-def run_experiment(runs: list[RunConfig], out: str, *, corpus=None, device: str | None = None, progress: bool = True,
-                   draw: bool = True, meta: dict | None = None, log=print) -> tuple[list[dict], dict]:
+def run_experiment(
+    runs: list[RunConfig],
+    out: str,
+    *,
+    corpus=None,
+    device: str | None = None,
+    progress: bool = True,
+    draw: bool = True,
+    meta: dict | None = None,
+    log=print,
+) -> tuple[list[dict], dict]:
     """Train every configuration (skipping finished ones, resuming interrupted ones), then write the outputs.
 
     Parameters
@@ -128,21 +206,32 @@ def run_experiment(runs: list[RunConfig], out: str, *, corpus=None, device: str 
     corpus = corpus or data.load_corpus()
     if ctx.rank == 0:
         sizes = corpus.sizes()
-        log(f"corpus {corpus.root}: {len(corpus.files['train'])}/{len(corpus.files['val'])}/"
+        log(
+            f"corpus {corpus.root}: {len(corpus.files['train'])}/{len(corpus.files['val'])}/"
             f"{len(corpus.files['test'])} files, {sizes['train']}/{sizes['val']}/{sizes['test']} bytes "
             f"(train/val/test), sha256 {corpus.sha256[:12]}; {len(runs)} configurations on {ctx.device}"
-            f"{f' x {ctx.world} processes' if ctx.world > 1 else ''}")
+            f"{f' x {ctx.world} processes' if ctx.world > 1 else ''}"
+        )
     results = []
     for k, run in enumerate(runs):
         result = train_run(run, corpus, out, ctx, progress=progress)
         results.append(result)
         if ctx.rank == 0:
-            log(f"[{k + 1}/{len(runs)}] {run.name}: val {result['val_bpb']:.3f} bpb, test {result['test_bpb']:.3f} "
-                f"bpb, {result['tokens']} tokens in {result['train_seconds']:.1f} s")
+            log(
+                f"[{k + 1}/{len(runs)}] {run.name}: val {result['val_bpb']:.3f} bpb, test {result['test_bpb']:.3f} "
+                f"bpb, {result['tokens']} tokens in {result['train_seconds']:.1f} s"
+            )
     if ctx.rank != 0:
         return results, {}
     first = runs[0].model
-    info = {"model_text": f"{first.layers} layers, d={first.d_model}, {first.heads} heads, FFN {first.d_ff}",
-            "corpus_sha256": corpus.sha256, "corpus_bytes": corpus.sizes(), "corpus_root": corpus.root,
-            "seeds": sorted({r.seed for r in runs}), "world": ctx.world, **environment(), **(meta or {})}
+    info = {
+        "model_text": f"{first.layers} layers, d={first.d_model}, {first.heads} heads, FFN {first.d_ff}",
+        "corpus_sha256": corpus.sha256,
+        "corpus_bytes": corpus.sizes(),
+        "corpus_root": corpus.root,
+        "seeds": sorted({r.seed for r in runs}),
+        "world": ctx.world,
+        **environment(),
+        **(meta or {}),
+    }
     return results, report.write_outputs(results, out, info, draw=draw)

@@ -101,8 +101,9 @@ class CausalSelfAttention(nn.Module):
         H = self.heads
         q, k, v = self.qkv(x).view(B, T, 3, H, C // H).unbind(2)  # 3 x (B, T, H, D)
         if self.graph is None:
-            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                               is_causal=True)  # (B, H, T, D)
+            y = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            )  # (B, H, T, D)
             y = y.transpose(1, 2)  # (B, T, H, D)
         else:
             # the graph is the same for every sequence: the batch rides along as extra heads
@@ -120,8 +121,9 @@ class Block(nn.Module):
         self.ln_1 = nn.LayerNorm(config.d_model)
         self.attn = CausalSelfAttention(config, graph)
         self.ln_2 = nn.LayerNorm(config.d_model)
-        self.mlp = nn.Sequential(nn.Linear(config.d_model, config.d_ff), nn.GELU(),
-                                 nn.Linear(config.d_ff, config.d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, config.d_ff), nn.GELU(), nn.Linear(config.d_ff, config.d_model)
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.ln_1(x))  # (B, T, C)

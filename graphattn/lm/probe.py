@@ -42,8 +42,15 @@ def _losses(model, x: torch.Tensor, y: torch.Tensor, device) -> torch.Tensor:
     """Per-byte loss in bits ``(n, T)``, one window at a time."""
     was = model.training
     model.eval()
-    out = torch.cat([model.loss(x[b:b + 1].to(device), y[b:b + 1].to(device), reduction="none").cpu()
-                     for b in range(x.size(0))]) / LN2  # (n, T)
+    out = (
+        torch.cat(
+            [
+                model.loss(x[b : b + 1].to(device), y[b : b + 1].to(device), reduction="none").cpu()
+                for b in range(x.size(0))
+            ]
+        )
+        / LN2
+    )  # (n, T)
     model.train(was)
     return out
 
@@ -66,7 +73,7 @@ def repeat_distances(x: torch.Tensor, y: torch.Tensor, ngram: int = NGRAM) -> to
         seq = bytes(x[b].tolist()) + bytes([int(y[b, -1])])  # the window's T + 1 bytes
         last: dict[bytes, int] = {}
         for t in range(ngram - 1, x.size(1)):
-            gram = seq[t - ngram + 1:t + 2]
+            gram = seq[t - ngram + 1 : t + 2]
             if gram in last:
                 out[b, t] = t - last[gram]
             last[gram] = t
@@ -94,7 +101,9 @@ def repeat_probe(model, data: torch.Tensor, length: int, windows: int, device="c
 def copy_distances(length: int) -> tuple[int, list[int]]:
     """The planted string's length and the distances probed for sequences of ``length`` bytes."""
     seg = max(8, min(32, length // 8))
-    return seg, sorted({d for d in (length // 8, length // 4, length // 2, length - seg - 1) if seg <= d < length - seg})
+    return seg, sorted(
+        {d for d in (length // 8, length // 4, length // 2, length - seg - 1) if seg <= d < length - seg}
+    )
 
 
 def copy_probe(model, data: torch.Tensor, length: int, windows: int, device="cpu", seed: int = 1234) -> dict:
@@ -109,12 +118,12 @@ def copy_probe(model, data: torch.Tensor, length: int, windows: int, device="cpu
         start = length - d - seg  # the second copy ends at the window's end
         for b in range(windows):
             s = torch.randint(ord("a"), ord("z") + 1, (seg,), generator=g)  # (seg,)
-            seq[b, start:start + seg] = s
-            seq[b, start + d:start + d + seg] = s
+            seq[b, start : start + seg] = s
+            seq[b, start + d : start + d + seg] = s
         bits = _losses(model, seq[:, :-1], seq[:, 1:], device)  # (n, T)
         # the target at t is byte t + 1: bytes prime..seg-1 of the copy are targets t = start + d + prime - 1 ...
         first = start + d + prime - 1
-        out[d] = float(bits[:, first:start + d + seg - 1].mean())
+        out[d] = float(bits[:, first : start + d + seg - 1].mean())
     return out
 
 
@@ -122,6 +131,8 @@ def run_probes(model, data: torch.Tensor, length: int, windows: int, device="cpu
     """All three probes: ``{"position_bpb": [...], "repeat": {...}, "copy": {...}}``."""
     x, y = eval_windows(data, length, windows)  # (n, T)
     bits = _losses(model, x, y, device)  # (n, T), shared by the first two probes
-    return {"position_bpb": bits.mean(0).tolist(),
-            "repeat": repeat_probe(model, data, length, windows, device, bits=bits),
-            "copy": {str(k): v for k, v in copy_probe(model, data, length, windows, device).items()}}
+    return {
+        "position_bpb": bits.mean(0).tolist(),
+        "repeat": repeat_probe(model, data, length, windows, device, bits=bits),
+        "copy": {str(k): v for k, v in copy_probe(model, data, length, windows, device).items()},
+    }

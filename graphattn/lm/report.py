@@ -24,9 +24,27 @@ import os
 
 __all__ = ["CSV_COLUMNS", "at", "compare", "format_table", "write_outputs", "figure"]
 
-CSV_COLUMNS = ["pattern", "length", "seed", "steps", "tokens", "val_bpb", "test_bpb", "edges", "density", "flops",
-               "attn_flops", "other_flops", "train_seconds", "cpu_seconds", "tokens_per_s", "peak_memory_mb",
-               "parameters", "world", "device"]
+CSV_COLUMNS = [
+    "pattern",
+    "length",
+    "seed",
+    "steps",
+    "tokens",
+    "val_bpb",
+    "test_bpb",
+    "edges",
+    "density",
+    "flops",
+    "attn_flops",
+    "other_flops",
+    "train_seconds",
+    "cpu_seconds",
+    "tokens_per_s",
+    "peak_memory_mb",
+    "parameters",
+    "world",
+    "device",
+]
 
 
 def at(log: list[dict], key: str, value: float) -> float:
@@ -76,11 +94,21 @@ def compare(results: list[dict]) -> list[dict]:
                 if not pairs:
                     continue
                 mean, lo, hi = _interval([p - d for d, p, _ in pairs])
-                out.append({"length": length, "pattern": name, "basis": basis, "at": min(p[2] for p in pairs),
-                            "unit": "tokens" if key == "tokens" else "s", "seeds": len(pairs),
-                            "dense_bpb": sum(d for d, _, _ in pairs) / len(pairs),
-                            "pattern_bpb": sum(p for _, p, _ in pairs) / len(pairs), "delta": mean, "lo": lo,
-                            "hi": hi})
+                out.append(
+                    {
+                        "length": length,
+                        "pattern": name,
+                        "basis": basis,
+                        "at": min(p[2] for p in pairs),
+                        "unit": "tokens" if key == "tokens" else "s",
+                        "seeds": len(pairs),
+                        "dense_bpb": sum(d for d, _, _ in pairs) / len(pairs),
+                        "pattern_bpb": sum(p for _, p, _ in pairs) / len(pairs),
+                        "delta": mean,
+                        "lo": lo,
+                        "hi": hi,
+                    }
+                )
     return out
 
 
@@ -89,22 +117,41 @@ def format_table(results: list[dict], comparisons: list[dict]) -> str:
     import pandas as pd
 
     frame = pd.DataFrame(results)
-    cols = ["pattern", "length", "seed", "tokens", "val_bpb", "test_bpb", "density", "flops", "attn_flops",
-            "train_seconds", "tokens_per_s"]
-    text = frame[cols].to_string(index=False, formatters={
-        "val_bpb": "{:.3f}".format, "test_bpb": "{:.3f}".format, "density": "{:.3f}".format,
-        "flops": "{:.3g}".format, "attn_flops": "{:.3g}".format, "train_seconds": "{:.1f}".format,
-        "tokens_per_s": "{:.0f}".format})
+    cols = [
+        "pattern",
+        "length",
+        "seed",
+        "tokens",
+        "val_bpb",
+        "test_bpb",
+        "density",
+        "flops",
+        "attn_flops",
+        "train_seconds",
+        "tokens_per_s",
+    ]
+    text = frame[cols].to_string(
+        index=False,
+        formatters={
+            "val_bpb": "{:.3f}".format,
+            "test_bpb": "{:.3f}".format,
+            "density": "{:.3f}".format,
+            "flops": "{:.3g}".format,
+            "attn_flops": "{:.3g}".format,
+            "train_seconds": "{:.1f}".format,
+            "tokens_per_s": "{:.0f}".format,
+        },
+    )
     if comparisons:
         comp = pd.DataFrame(comparisons)
         comp["budget"] = [f"{c['at']:.4g} {c['unit']}" for c in comparisons]
         comp["pattern - dense [95% CI]"] = [
             f"{c['delta']:+.3f}" + ("" if math.isnan(c["lo"]) else f" [{c['lo']:+.3f}, {c['hi']:+.3f}]")
-            for c in comparisons]
+            for c in comparisons
+        ]
         text += "\n\nvalidation bits per byte against dense of the same seed:\n" + comp[
-            ["length", "pattern", "basis", "budget", "seeds", "dense_bpb", "pattern_bpb",
-             "pattern - dense [95% CI]"]].to_string(index=False, formatters={"dense_bpb": "{:.3f}".format,
-                                                                             "pattern_bpb": "{:.3f}".format})
+            ["length", "pattern", "basis", "budget", "seeds", "dense_bpb", "pattern_bpb", "pattern - dense [95% CI]"]
+        ].to_string(index=False, formatters={"dense_bpb": "{:.3f}".format, "pattern_bpb": "{:.3f}".format})
     return text
 
 
@@ -128,8 +175,10 @@ def write_outputs(results: list[dict], out: str, meta: dict, draw: bool = True) 
     buf = io.StringIO()
     pd.DataFrame(results)[CSV_COLUMNS].to_csv(buf, index=False)
     _write_text(paths["csv"], buf.getvalue())
-    _write_text(paths["json"], json.dumps({"meta": meta, "runs": results, "comparisons": comparisons},
-                                          indent=1, default=str, allow_nan=True))
+    _write_text(
+        paths["json"],
+        json.dumps({"meta": meta, "runs": results, "comparisons": comparisons}, indent=1, default=str, allow_nan=True),
+    )
     if draw:
         paths["png"] = os.path.join(out, "lm.png")
         tmp = paths["png"] + f".tmp{os.getpid()}.png"
@@ -145,7 +194,7 @@ def _smooth(values: list[float], bins: int = 32) -> tuple[list[float], list[floa
     v = np.asarray(values)
     edges = np.unique(np.geomspace(1, len(v), bins + 1).astype(int))
     xs = [float(np.sqrt(a * b)) for a, b in zip(edges[:-1], edges[1:])]
-    ys = [float(v[a - 1:b - 1].mean()) for a, b in zip(edges[:-1], edges[1:])]
+    ys = [float(v[a - 1 : b - 1].mean()) for a, b in zip(edges[:-1], edges[1:])]
     return xs, ys
 
 
@@ -169,11 +218,20 @@ def figure(results: list[dict], meta: dict):
         first = r["seed"] == min(q["seed"] for q in results if q["pattern"] == r["pattern"])
         label = f"{r['pattern']}" + (f" L={r['length']}" if len(lengths) > 1 else "") if first else None
         log = r["log"]
-        kw = dict(color=c, label=label, lw=4 if r["pattern"] == "dense" else 1.5,  # dense wide: the same as causal
-                  alpha=0.45 if r["pattern"] == "dense" else 1.0)
+        kw = dict(
+            color=c,
+            label=label,
+            lw=4 if r["pattern"] == "dense" else 1.5,  # dense wide: the same as causal
+            alpha=0.45 if r["pattern"] == "dense" else 1.0,
+        )
         axes[0].plot([e["train_seconds"] for e in log], [e["val_bpb"] for e in log], ls, marker=".", **kw)
-        axes[1].plot([e["flops"] for e in log if e["flops"] > 0], [e["val_bpb"] for e in log if e["flops"] > 0], ls,
-                     marker=".", **kw)  # log scale: the initial evaluation (0 FLOPs) left out
+        axes[1].plot(
+            [e["flops"] for e in log if e["flops"] > 0],
+            [e["val_bpb"] for e in log if e["flops"] > 0],
+            ls,
+            marker=".",
+            **kw,
+        )  # log scale: the initial evaluation (0 FLOPs) left out
         axes[2].plot(*_smooth(r["position_bpb"]), ls, **kw)
     later = [e["val_bpb"] for r in results for e in r["log"][1:]]
     if later:  # the initial ~8 bits would squash the curves: start the scale at the first evaluation after it
@@ -188,14 +246,23 @@ def figure(results: list[dict], meta: dict):
     axes[2].set_xlabel("position in the window (bytes of context + 1; log-spaced bins)")
     axes[2].set_ylabel("validation bits per byte at the end")
     _probe_panel(axes[3], results, names)
-    for ax, title in zip(axes, ("quality against wall time", "quality against compute",
-                                "loss per position: how much context each pattern uses",
-                                "long-range probes (end of training)")):
+    for ax, title in zip(
+        axes,
+        (
+            "quality against wall time",
+            "quality against compute",
+            "loss per position: how much context each pattern uses",
+            "long-range probes (end of training)",
+        ),
+    ):
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"byte-level LMs on the CPython standard library: {meta.get('preset', 'custom')} preset, "
-                 f"{meta.get('model_text', '')}", fontsize=11)
+    fig.suptitle(
+        f"byte-level LMs on the CPython standard library: {meta.get('preset', 'custom')} preset, "
+        f"{meta.get('model_text', '')}",
+        fontsize=11,
+    )
     return fig
 
 
@@ -207,12 +274,19 @@ def _probe_panel(ax, results, names) -> None:
         rows = [r for r in results if r["pattern"] == name and r["length"] == max(q["length"] for q in results)]
         c = f"C{names.index(name) % 10}"
         dists = sorted(int(d) for d in rows[0]["copy"])
-        ax.plot(dists, [np.mean([r["copy"][str(d)] for r in rows]) for d in dists], "o-", color=c,
-                label=f"{name}: copy")
+        ax.plot(
+            dists, [np.mean([r["copy"][str(d)] for r in rows]) for d in dists], "o-", color=c, label=f"{name}: copy"
+        )
         buckets = [b for b in rows[0]["repeat"] if rows[0]["repeat"][b][1]]
         mids = [np.sqrt(max(int(b.split("-")[0]), 1) * int(b.split("-")[1])) for b in buckets]
-        ax.plot(mids, [np.nanmean([r["repeat"][b][0] for r in rows]) for b in buckets], "s--", color=c, lw=0.8,
-                label=f"{name}: repeats")
+        ax.plot(
+            mids,
+            [np.nanmean([r["repeat"][b][0] for r in rows]) for b in buckets],
+            "s--",
+            color=c,
+            lw=0.8,
+            label=f"{name}: repeats",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("distance back to the evidence (bytes)")
     ax.set_ylabel("bits per byte (copy: planted string; repeats: n-gram seen before)")

@@ -136,7 +136,7 @@ def evaluate_bpb(model: ByteLM, data: torch.Tensor, length: int, windows: int, c
     model.eval()
     total = 0.0
     for b in range(ctx.rank, windows, ctx.world):
-        total += float(model.loss(x[b:b + 1].to(ctx.device), y[b:b + 1].to(ctx.device), reduction="sum"))
+        total += float(model.loss(x[b : b + 1].to(ctx.device), y[b : b + 1].to(ctx.device), reduction="sum"))
     model.train(was)
     total, count = _all_sum([total, float(windows * length)], ctx)[0], windows * length
     return total / count / LN2
@@ -146,8 +146,9 @@ def _optimizer(model: ByteLM, run: RunConfig) -> torch.optim.Optimizer:
     """AdamW, weight decay 0.1 on matrices only (nanoGPT's split), betas (0.9, 0.95)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                             lr=run.lr, betas=(0.9, 0.95))
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=run.lr, betas=(0.9, 0.95)
+    )
 
 
 def _lr(run: RunConfig, step: int) -> float:
@@ -165,8 +166,15 @@ def _fresh_state(run: RunConfig) -> dict:
     return {"step": 0, "tokens": 0, "train_seconds": 0.0, "cpu_seconds": 0.0, "log": [], "next_eval": 1}
 
 
-def train_run(run: RunConfig, corpus: Corpus, out: str, ctx: Dist | None = None, *, max_new_steps: int | None = None,
-              progress: bool = True) -> dict | None:
+def train_run(
+    run: RunConfig,
+    corpus: Corpus,
+    out: str,
+    ctx: Dist | None = None,
+    *,
+    max_new_steps: int | None = None,
+    progress: bool = True,
+) -> dict | None:
     """Train one configuration (resuming or skipping as the folder says); its result, or None if unfinished.
 
     Parameters
@@ -218,8 +226,10 @@ def train_run(run: RunConfig, corpus: Corpus, out: str, ctx: Dist | None = None,
 
 def _checkpoint(ckpt: str, run: RunConfig, model, optimizer, state: dict, ctx: Dist) -> None:
     if ctx.rank == 0:
-        _save(ckpt, {"run": run.to_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                     "state": state})
+        _save(
+            ckpt,
+            {"run": run.to_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state},
+        )
 
 
 def _loop(run, model, optimizer, state, corpus, folder, ckpt, ctx, max_new_steps, progress):
@@ -234,8 +244,15 @@ def _loop(run, model, optimizer, state, corpus, folder, ckpt, ctx, max_new_steps
     edges = num_edges(run.model.pattern, L)
     per_step = training_flops(run.model, sequences=run.batch * ctx.world, edges=edges)
     unit, total = ("step", run.steps) if run.steps is not None else ("s", run.seconds)
-    bar = tqdm(total=total, desc=run.name, unit=unit, disable=not progress or ctx.rank != 0, leave=False, mininterval=1.0,
-               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} [{elapsed}<{remaining}]{postfix}")
+    bar = tqdm(
+        total=total,
+        desc=run.name,
+        unit=unit,
+        disable=not progress or ctx.rank != 0,
+        leave=False,
+        mininterval=1.0,
+        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} [{elapsed}<{remaining}]{postfix}",
+    )
     bar.update(state["step"] if run.steps is not None else state["train_seconds"])
     new_steps = 0
     train = corpus.train
@@ -302,9 +319,15 @@ def _evaluate(run, model, state, corpus, per_step, folder, ctx) -> None:
     while state["next_eval"] <= _progress(run, state) * run.evals:
         state["next_eval"] += 1
     bpb = evaluate_bpb(model, corpus.val, run.model.length, run.eval_windows, ctx)
-    entry = {"step": state["step"], "tokens": state["tokens"], "train_seconds": state["train_seconds"],
-             "flops": per_step["total"] * state["step"], "attn_flops": per_step["attention"] * state["step"],
-             "val_bpb": bpb, "train_bpb": state.get("last_loss_bpb")}
+    entry = {
+        "step": state["step"],
+        "tokens": state["tokens"],
+        "train_seconds": state["train_seconds"],
+        "flops": per_step["total"] * state["step"],
+        "attn_flops": per_step["attention"] * state["step"],
+        "val_bpb": bpb,
+        "train_bpb": state.get("last_loss_bpb"),
+    }
     state["log"].append(entry)
     if ctx.rank == 0:
         with open(os.path.join(folder, "log.jsonl"), "a") as fh:
@@ -326,14 +349,29 @@ def _finish(run, model, state, corpus, per_step, edges, folder, ctx) -> dict:
     probes = probe.run_probes(model, corpus.val, L, run.probe_windows, ctx.device)
     steps = state["step"]
     result = {
-        "name": run.name, "pattern": run.model.pattern, "length": L, "seed": run.seed, "steps": steps,
-        "tokens": state["tokens"], "val_bpb": state["log"][-1]["val_bpb"], "test_bpb": test_bpb,
-        "edges": edges, "density": edges / (L * (L + 1) / 2),
-        "flops": per_step["total"] * steps, "attn_flops": per_step["attention"] * steps,
-        "other_flops": per_step["other"] * steps, "train_seconds": state["train_seconds"],
-        "cpu_seconds": state["cpu_seconds"], "tokens_per_s": state["tokens"] / max(state["train_seconds"], 1e-9),
-        "peak_memory_mb": _peak_memory_mb(ctx), "parameters": model.num_parameters(), "world": ctx.world,
-        "device": str(ctx.device), "log": state["log"], "run": json.loads(json.dumps(run.to_dict())), **probes,
+        "name": run.name,
+        "pattern": run.model.pattern,
+        "length": L,
+        "seed": run.seed,
+        "steps": steps,
+        "tokens": state["tokens"],
+        "val_bpb": state["log"][-1]["val_bpb"],
+        "test_bpb": test_bpb,
+        "edges": edges,
+        "density": edges / (L * (L + 1) / 2),
+        "flops": per_step["total"] * steps,
+        "attn_flops": per_step["attention"] * steps,
+        "other_flops": per_step["other"] * steps,
+        "train_seconds": state["train_seconds"],
+        "cpu_seconds": state["cpu_seconds"],
+        "tokens_per_s": state["tokens"] / max(state["train_seconds"], 1e-9),
+        "peak_memory_mb": _peak_memory_mb(ctx),
+        "parameters": model.num_parameters(),
+        "world": ctx.world,
+        "device": str(ctx.device),
+        "log": state["log"],
+        "run": json.loads(json.dumps(run.to_dict())),
+        **probes,
     }
     if ctx.rank == 0:
         write_json(os.path.join(folder, "result.json"), result)

@@ -52,16 +52,32 @@ from graphattn.ops.operators import OPERATORS
 from graphattn.ops.scored import scored_attention
 from graphattn.ops.softmax import edge_scores, segment_softmax
 from graphattn.ops.structure import (
-                                     BLOCK,
-                                     CACHE_SIZE,
-                                     MIN_FILL,
-                                     TILE_FLOATS,
-                                     _Graph,  # noqa: F401  (tests build structures directly: ops._Graph)
-                                     cache_size,
-                                     prepare,
-                                     set_cache_size,
+    BLOCK,
+    CACHE_SIZE,
+    MIN_FILL,
+    TILE_FLOATS,
+    _Graph,  # noqa: F401  (tests build structures directly: ops._Graph)
+    cache_size,
+    prepare,
+    set_cache_size,
 )
 
-__all__ = ["attention", "scored_attention", "batched_attention", "prepare", "segment_softmax", "edge_scores", "check_qkv", "check_edge_bias",
-           "choose_impl", "set_cache_size", "cache_size", "IMPLS", "BLOCK", "MIN_FILL", "TILE_FLOATS", "CACHE_SIZE",
-           "OPERATORS"]
+__all__ = [
+    "attention",
+    "scored_attention",
+    "batched_attention",
+    "prepare",
+    "segment_softmax",
+    "edge_scores",
+    "check_qkv",
+    "check_edge_bias",
+    "choose_impl",
+    "set_cache_size",
+    "cache_size",
+    "IMPLS",
+    "BLOCK",
+    "MIN_FILL",
+    "TILE_FLOATS",
+    "CACHE_SIZE",
+    "OPERATORS",
+]

@@ -42,8 +42,17 @@ def _tile(buffer: Tensor, flat: Tensor, values: Tensor) -> Tensor:
     return buffer
 
 
-def block_forward(graph, tiles, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float,
-                  p: float, need_alpha: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+def block_forward(
+    graph,
+    tiles,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    bias: Tensor | None,
+    scale: float,
+    p: float,
+    need_alpha: bool,
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """``out (L, H, D_v)``, ``alpha (H, E)`` sorted before dropout (``(H, 0)`` unless ``need_alpha``), ``keep``.
 
     One head and one chunk of query blocks at a time, so that scores and
@@ -67,13 +76,14 @@ def block_forward(graph, tiles, query: Tensor, key: Tensor, value: Tensor, bias:
     for h in range(H):
         for (b0, b1, e0, e1), flat in zip(tiles.chunks, flats):
             r0, r1 = b0 * B, b1 * B
-            s_c = s[:(r1 - r0) * ntb].view(b1 - b0, B, ntb)  # (c, B, nt*B)
-            s_c.baddbmm_(_head_rows(qp, h, r0, r1, B), tiles.keys(kh[h], b0, b1).mT, beta=0.0,
-                         alpha=scale)  # (c, B, D) @ (c, D, nt*B) * scale; beta = 0 ignores the old buffer
+            s_c = s[: (r1 - r0) * ntb].view(b1 - b0, B, ntb)  # (c, B, nt*B)
+            s_c.baddbmm_(
+                _head_rows(qp, h, r0, r1, B), tiles.keys(kh[h], b0, b1).mT, beta=0.0, alpha=scale
+            )  # (c, B, D) @ (c, D, nt*B) * scale; beta = 0 ignores the old buffer
             if bias is not None:
                 s_c.view(-1).index_add_(0, flat, bias[e0:e1, h if bias.size(1) > 1 else 0])
             s_c.view(r1 - r0, ntb).masked_fill_(tiles.blocked[r0:r1], float("-inf"))
-            prob = softmax_rows(s_c.view(r1 - r0, ntb), prob_buf[:(r1 - r0) * ntb].view(r1 - r0, ntb))  # fused
+            prob = softmax_rows(s_c.view(r1 - r0, ntb), prob_buf[: (r1 - r0) * ntb].view(r1 - r0, ntb))  # fused
             if bias is not None:  # a row without edges, or whose bias is all -inf: NaN -> exact 0
                 prob.masked_fill_(torch.isnan(prob[:, :1]), 0.0)
             elif tiles.has_empty:  # a row without edges is all -inf: NaN -> exact 0
@@ -81,7 +91,7 @@ def block_forward(graph, tiles, query: Tensor, key: Tensor, value: Tensor, bias:
             if need_alpha:
                 alpha[h, e0:e1] = prob.view(-1).index_select(0, flat)  # (E_c,)
             if keep is not None:
-                keep_c = _tile(keep_buf[:(r1 - r0) * ntb], flat, keep[h, e0:e1]).view(r1 - r0, ntb)
+                keep_c = _tile(keep_buf[: (r1 - r0) * ntb], flat, keep[h, e0:e1]).view(r1 - r0, ntb)
                 prob = apply_keep(prob, keep_c, p)  # (c*B, nt*B)
             torch.bmm(prob.view(-1, B, ntb), tiles.keys(vh[h], b0, b1), out=_head_rows(out, h, r0, r1, B))
     return out[:L], alpha, keep  # (L, H, D_v), (H, E), (H, E) or None

@@ -44,10 +44,12 @@ def sddmm(graph: _Graph, a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     if a.size(-1) == 0:  # no channels: every product is 0 (scored attention: the score is the bias alone)
         return a.new_zeros(H, E)  # (H, E)
     crow, col, inverse = graph.distinct()  # sampled_addmm wants each (i, j) once
-    pattern = _csr(crow.expand(H, -1), col.expand(H, -1), a.new_zeros(()).expand(H, col.numel()),
-                   (H, graph.L, graph.S))  # one sparsity for every head; zero values: beta * NaN cannot arise
-    out = torch.sparse.sampled_addmm(pattern, a.transpose(0, 1), b.permute(1, 2, 0), beta=0.0,
-                                     alpha=alpha).values()  # (H, L, D) @ (H, D, S) sampled -> (H, U)
+    pattern = _csr(
+        crow.expand(H, -1), col.expand(H, -1), a.new_zeros(()).expand(H, col.numel()), (H, graph.L, graph.S)
+    )  # one sparsity for every head; zero values: beta * NaN cannot arise
+    out = torch.sparse.sampled_addmm(
+        pattern, a.transpose(0, 1), b.permute(1, 2, 0), beta=0.0, alpha=alpha
+    ).values()  # (H, L, D) @ (H, D, S) sampled -> (H, U)
     return out if inverse is None else out.index_select(1, inverse)  # (H, E)
 
 
@@ -72,8 +74,9 @@ def spmm(blocks: tuple[Tensor, Tensor], values: Tensor, dense: Tensor, num_rows:
     return out.view(H, num_rows, d).transpose(0, 1)  # (rows, H, d)
 
 
-def csr_forward(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float,
-                p: float) -> tuple[Tensor, Tensor, Tensor | None]:
+def csr_forward(
+    graph: _Graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float, p: float
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """``out (L, H, D_v)``, ``alpha (H, E)`` (sorted, before dropout) and ``keep (H, E)`` or None.
 
     ``bias`` is ``(E, H or 1)`` in sorted edge order, or None.

@@ -50,18 +50,30 @@ def check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
         if t.dtype != query.dtype:
             raise TypeError(message(name, f"of the dtype of 'query' ({query.dtype})", t.dtype))
     if key.shape[:2] != value.shape[:2]:
-        raise ValueError(message("key", "(S, H, D) agreeing on S and H with 'value' (S, H, D_v)",
-                                 f"{tuple(key.shape)} and {tuple(value.shape)}"))
+        raise ValueError(
+            message(
+                "key",
+                "(S, H, D) agreeing on S and H with 'value' (S, H, D_v)",
+                f"{tuple(key.shape)} and {tuple(value.shape)}",
+            )
+        )
     if query.size(-1) == 0 or value.size(-1) == 0:
-        raise ValueError(message("query", "at least one channel per head",
-                                 f"D = {query.size(-1)}, D_v = {value.size(-1)}"))
+        raise ValueError(
+            message("query", "at least one channel per head", f"D = {query.size(-1)}, D_v = {value.size(-1)}")
+        )
     if query.shape[1:] != key.shape[1:]:
-        raise ValueError(message("query", "(L, H, D) agreeing on H and D with 'key' (S, H, D)",
-                                 f"{tuple(query.shape)} and {tuple(key.shape)}"))
+        raise ValueError(
+            message(
+                "query",
+                "(L, H, D) agreeing on H and D with 'key' (S, H, D)",
+                f"{tuple(query.shape)} and {tuple(key.shape)}",
+            )
+        )
 
 
-def check_edge_bias(edge_bias: Tensor | None, num_edges: int, heads: int, dtype=None,
-                    check_values: bool = True) -> Tensor | None:
+def check_edge_bias(
+    edge_bias: Tensor | None, num_edges: int, heads: int, dtype=None, check_values: bool = True
+) -> Tensor | None:
     """Validate ``edge_bias`` of shape ``(E,)`` or ``(E, H)``; return it as ``(E, H)`` or ``(E, 1)``.
 
     Raises
@@ -81,8 +93,9 @@ def check_edge_bias(edge_bias: Tensor | None, num_edges: int, heads: int, dtype=
     if edge_bias.dim() == 1:
         edge_bias = edge_bias.unsqueeze(-1)  # (E, 1)
     if edge_bias.dim() != 2 or edge_bias.size(0) != num_edges or edge_bias.size(1) not in (1, heads):
-        raise ValueError(f"Expected 'edge_bias' to have shape (E,) or (E, H) = ({num_edges},) or "
-                         f"({num_edges}, {heads}) (got {got})")  # the template's shape form (docs/style.md)
+        raise ValueError(
+            f"Expected 'edge_bias' to have shape (E,) or (E, H) = ({num_edges},) or ({num_edges}, {heads}) (got {got})"
+        )  # the template's shape form (docs/style.md)
     if check_values and not torch.compiler.is_compiling():
         check_bias_values(edge_bias)
     return edge_bias
@@ -242,11 +255,14 @@ def attention(
 def _check_edge_list(edge_index) -> None:
     """Type and shape of an edge list (its values are checked by the operator, which reads them)."""
     if not isinstance(edge_index, Tensor):
-        raise TypeError(message("edge_index", "a LongTensor (2, E) or a graphattn.patterns.Pattern",
-                                type(edge_index).__name__))
+        raise TypeError(
+            message("edge_index", "a LongTensor (2, E) or a graphattn.patterns.Pattern", type(edge_index).__name__)
+        )
     if edge_index.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"Expected 'edge_index' to have an integer dtype (got {edge_index.dtype}); "
-                        "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index")
+        raise TypeError(
+            f"Expected 'edge_index' to have an integer dtype (got {edge_index.dtype}); "
+            "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index"
+        )
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"Expected 'edge_index' to have shape (2, E) (got {tuple(edge_index.shape)})")
 
@@ -258,8 +274,9 @@ def _edge_attention(query, key, value, edge_index, edge_bias, scale: float, p: f
     if acc != dtype:  # half types: scores, softmax and sums in float32 (Notes); rounded once at the end
         query, key, value, edge_bias = (None if t is None else t.to(acc) for t in (query, key, value, edge_bias))
     tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, edge_bias))
-    out, alpha, keep = attention_op(query, key, value, edge_index, edge_bias, scale, p, need_weights or tracked, impl,
-                                    not need_weights)  # alpha only for the backward: kept in sorted order
+    out, alpha, keep = attention_op(
+        query, key, value, edge_index, edge_bias, scale, p, need_weights or tracked, impl, not need_weights
+    )  # alpha only for the backward: kept in sorted order
     out = out.to(dtype)  # (L, H, D_v)
     if not need_weights:
         return out, None
@@ -282,9 +299,18 @@ def _pattern_sdpa(query, key, value, kind: str, scale: float, p: float, need_wei
     return out.to(dtype), None if alpha is None else alpha.t().to(dtype)  # (E, H), sorted = the pattern's order
 
 
-def batched_attention(query: Tensor, key: Tensor, value: Tensor, pattern, batch: Tensor, *,
-                      scale: float | None = None, dropout: float = 0.0, training: bool = True,
-                      need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+def batched_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    pattern,
+    batch: Tensor,
+    *,
+    scale: float | None = None,
+    dropout: float = 0.0,
+    training: bool = True,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
     """``pattern`` within each graph of a PyG batch: node i reads only nodes of its own graph.
 
     Parameters
@@ -327,8 +353,9 @@ def batched_attention(query: Tensor, key: Tensor, value: Tensor, pattern, batch:
     check_qkv(query, key, value)
     N, H, D = query.shape
     if key.size(0) != N:
-        raise ValueError(message("key", f"one row per node, N = {N} (attention within each graph)",
-                                 f"shape {tuple(key.shape)}"))
+        raise ValueError(
+            message("key", f"one row per node, N = {N} (attention within each graph)", f"shape {tuple(key.shape)}")
+        )
     check_tensor("batch", batch, dim=1, shape_text="(N,)")
     dropout = check_probability("dropout", dropout)
     p = dropout if check_bool("training", training) else 0.0
@@ -338,7 +365,7 @@ def batched_attention(query: Tensor, key: Tensor, value: Tensor, pattern, batch:
         return _batched_on_edges(query, key, value, pattern, batch, scale, p, need_weights)
     causal = kind == "causal"
     if torch.compiler.is_compiling():  # one opaque operator; batch is validated inside, where it is read
-        seed = torch.randint(0, 2 ** 62, (), dtype=torch.long) if p > 0.0 else torch.zeros((), dtype=torch.long)
+        seed = torch.randint(0, 2**62, (), dtype=torch.long) if p > 0.0 else torch.zeros((), dtype=torch.long)
         return ragged_attention_op(query, key, value, batch, causal, scale, p, seed), None
     return ragged_forward(query, key, value, batch, causal, scale, p), None
 

@@ -169,6 +169,7 @@ def _has_numba() -> bool:
     if _NUMBA is None:
         try:
             import numba  # noqa: F401
+
             _NUMBA = True
         except ImportError:  # the library path
             _NUMBA = False
@@ -233,8 +234,9 @@ def _np(t: Tensor):
     return t.detach().contiguous().numpy()
 
 
-def fused_forward(graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float
-                  ) -> tuple[Tensor, Tensor]:
+def fused_forward(
+    graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float
+) -> tuple[Tensor, Tensor]:
     """``out (L, H, D_v)`` and ``alpha (E, H)`` in sorted edge order; ``bias`` ``(E, H or 1)`` sorted or None."""
     forward = _kernels()[0]
     L, H, _ = query.shape
@@ -242,13 +244,34 @@ def fused_forward(graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor
     alpha = query.new_empty(graph.E, H)  # (E, H)
     b = query.new_zeros(1, 1) if bias is None else bias  # (E, H or 1)
     top, norm = query.new_empty(L, H), query.new_empty(L, H)  # (L, H) scratch: maximum score, 1 / sum exp
-    _run(forward, graph.crow.numpy(), graph.src.numpy(), _np(query), _np(key), _np(value), _np(b), bias is not None,
-            _scalar(scale, query), out.numpy(), alpha.numpy(), top.numpy(), norm.numpy())
+    _run(
+        forward,
+        graph.crow.numpy(),
+        graph.src.numpy(),
+        _np(query),
+        _np(key),
+        _np(value),
+        _np(b),
+        bias is not None,
+        _scalar(scale, query),
+        out.numpy(),
+        alpha.numpy(),
+        top.numpy(),
+        norm.numpy(),
+    )
     return out, alpha
 
 
-def fused_backward(graph, query: Tensor, key: Tensor, value: Tensor, alpha: Tensor, grad_out: Tensor,
-                   grad_alpha: Tensor | None, scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def fused_backward(
+    graph,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    alpha: Tensor,
+    grad_out: Tensor,
+    grad_alpha: Tensor | None,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``dq, dk, dv`` (n, H, d) and ``d score (E, H)`` (sorted); ``alpha``, ``grad_alpha`` (E, H) sorted."""
     _, backward_targets, backward_sources = _kernels()
     serial = torch.get_num_threads() == 1 or not _parallel_ok()
@@ -259,13 +282,39 @@ def fused_backward(graph, query: Tensor, key: Tensor, value: Tensor, alpha: Tens
     ds = query.new_empty(graph.E, H)  # (E, H)
     q, a, go = _np(query), _np(alpha), _np(grad_out)
     ga = query.new_zeros(1, 1) if grad_alpha is None else grad_alpha  # (E, H)
-    _run(backward_targets, graph.crow.numpy(), graph.src.numpy(), q, _np(key), _np(value), a, go, _np(ga),
-         grad_alpha is not None, _scalar(scale, query), dq.numpy(), ds.numpy(), dk.numpy(), dv.numpy(),
-         query.new_empty(query.size(0), H).numpy())
+    _run(
+        backward_targets,
+        graph.crow.numpy(),
+        graph.src.numpy(),
+        q,
+        _np(key),
+        _np(value),
+        a,
+        go,
+        _np(ga),
+        grad_alpha is not None,
+        _scalar(scale, query),
+        dq.numpy(),
+        ds.numpy(),
+        dk.numpy(),
+        dv.numpy(),
+        query.new_empty(query.size(0), H).numpy(),
+    )
     if serial:
         dk.mul_(scale)
     else:  # per source: no two threads write one row
         perm_t, crow_t, col_t = graph.transposed()
-        _run(backward_sources, crow_t.numpy(), perm_t.numpy(), col_t.numpy(), q, a, go, ds.numpy(), _scalar(scale, query),
-             dk.numpy(), dv.numpy())
+        _run(
+            backward_sources,
+            crow_t.numpy(),
+            perm_t.numpy(),
+            col_t.numpy(),
+            q,
+            a,
+            go,
+            ds.numpy(),
+            _scalar(scale, query),
+            dk.numpy(),
+            dv.numpy(),
+        )
     return dq, dk, dv, ds

@@ -55,6 +55,7 @@ def guarded(kernel, fix, query, key, value, readers, sub_edges):
 
 def csr_fix(query, key, value, bias, scale: float, p: float):
     """The ``fix`` of :func:`guarded` inside the operators: :func:`csr_forward` on the sub-graph."""
+
     def fix(sub_index, positions):
         sub = _Graph(sub_index, query.size(0), key.size(0))
         sub_bias = None if bias is None else bias[positions]  # (E', H or 1)
@@ -65,9 +66,11 @@ def csr_fix(query, key, value, bias, scale: float, p: float):
 
 def graph_guards(graph: _Graph):
     """``readers`` and ``sub_edges`` of :func:`guarded` for an edge list."""
+
     def readers(bad_kv):
         return torch.zeros(graph.L, dtype=torch.bool, device=bad_kv.device).index_fill_(
-            0, graph.dst[bad_kv[graph.src]], True)  # (L,)
+            0, graph.dst[bad_kv[graph.src]], True
+        )  # (L,)
 
     def sub_edges(affected):
         positions = affected[graph.dst].nonzero().squeeze(1)  # (E',)

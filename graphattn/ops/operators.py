@@ -56,12 +56,17 @@ from graphattn.validate import message
 
 __all__ = ["choose_impl", "attention_op", "attention_backward_op", "ragged_attention_op", "OPERATORS"]
 
-OPERATORS = ("graphattn::attention", "graphattn::attention_backward", "graphattn::ragged_attention",
-             "graphattn::ragged_attention_backward")
+OPERATORS = (
+    "graphattn::attention",
+    "graphattn::attention_backward",
+    "graphattn::ragged_attention",
+    "graphattn::ragged_attention_backward",
+)
 
 
-def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_bias: Tensor | None = None,
-                impl: str = "auto") -> str:
+def choose_impl(
+    graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_bias: Tensor | None = None, impl: str = "auto"
+) -> str:
     """The kernel ``attention`` runs for these inputs: ``"sdpa"``, ``"block"`` or ``"csr"``.
 
     Rules, in order (``impl="auto"``):
@@ -90,16 +95,27 @@ def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_b
     if query.size(-1) == 0 and impl == "auto":  # scored attention (no query/key channels): the scores are given
         return "csr"
     if impl == "sdpa":
-        raise NotImplementedError(message("edge_index", "the complete graph or the causal DAG (and no "
-                                          "'edge_bias') for impl='sdpa'", "another edge set", "use impl='auto'"))
+        raise NotImplementedError(
+            message(
+                "edge_index",
+                "the complete graph or the causal DAG (and no 'edge_bias') for impl='sdpa'",
+                "another edge set",
+                "use impl='auto'",
+            )
+        )
     if impl == "csr":
         return "csr"
     tiles = graph.tiles() if impl == "auto" else graph.tiles(min_fill=0.0)
     if tiles is None:
         if impl == "block":
-            raise NotImplementedError(message("edge_index", "free of duplicates, with a tile table of at most "
-                                              "max(4 E, 2^20) tiles, for impl='block'", "other edges",
-                                              "use impl='csr'"))
+            raise NotImplementedError(
+                message(
+                    "edge_index",
+                    "free of duplicates, with a tile table of at most max(4 E, 2^20) tiles, for impl='block'",
+                    "other edges",
+                    "use impl='csr'",
+                )
+            )
         return "csr"
     return "block"
 
@@ -107,8 +123,14 @@ def choose_impl(graph: _Graph, query: Tensor, key: Tensor, value: Tensor, edge_b
 def check_bias_values(edge_bias: Tensor | None) -> None:
     """Refuse a NaN or ``+inf`` in ``edge_bias`` (ValueError); ``-inf`` removes an edge's weight."""
     if edge_bias is not None and edge_bias.numel() and bool((torch.isnan(edge_bias) | torch.isposinf(edge_bias)).any()):
-        raise ValueError(message("edge_bias", "free of NaN and +inf", "a NaN or +inf entry",
-                                 "-inf is allowed and gives the edge weight 0"))
+        raise ValueError(
+            message(
+                "edge_bias",
+                "free of NaN and +inf",
+                "a NaN or +inf entry",
+                "-inf is allowed and gives the edge weight 0",
+            )
+        )
 
 
 def _tiles(graph: _Graph, impl: str):
@@ -124,9 +146,18 @@ def _empty(like: Tensor, heads: int, dtype=None) -> Tensor:
 
 
 @torch.library.custom_op("graphattn::attention", mutates_args=())
-def attention_op(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, edge_bias: Tensor | None,
-                 scale: float, dropout: float, need_alpha: bool, impl: str, sorted_alpha: bool = False
-                 ) -> tuple[Tensor, Tensor, Tensor]:
+def attention_op(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    edge_index: Tensor,
+    edge_bias: Tensor | None,
+    scale: float,
+    dropout: float,
+    need_alpha: bool,
+    impl: str,
+    sorted_alpha: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Attention along ``edge_index``: ``out (L, H, D_v)``, ``alpha (E, H)`` and ``keep (E, H)`` (see module).
 
     ``sorted_alpha``: ``alpha`` and ``keep`` in the structure's sorted edge order (what the backward
@@ -146,8 +177,11 @@ def attention_op(query: Tensor, key: Tensor, value: Tensor, edge_index: Tensor, 
         def kernel(q, k, v):
             return dense_forward(kind, q, k, v, scale, p, need_alpha)
 
-        out, alpha, keep = (kernel(query, key, value) if kind == "full"
-                            else guarded(kernel, fix, query, key, value, *graph_guards(graph)))
+        out, alpha, keep = (
+            kernel(query, key, value)
+            if kind == "full"
+            else guarded(kernel, fix, query, key, value, *graph_guards(graph))
+        )
     elif chosen == "block":
         tiles = _tiles(graph, impl)
 
@@ -177,10 +211,22 @@ def _(query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl
 
 
 @torch.library.custom_op("graphattn::attention_backward", mutates_args=())
-def attention_backward_op(grad_out: Tensor, grad_alpha: Tensor | None, query: Tensor, key: Tensor, value: Tensor,
-                          edge_index: Tensor, edge_bias: Tensor | None, alpha: Tensor, keep: Tensor | None,
-                          scale: float, dropout: float, impl: str, need_ds: bool, sorted_alpha: bool = False
-                          ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def attention_backward_op(
+    grad_out: Tensor,
+    grad_alpha: Tensor | None,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    edge_index: Tensor,
+    edge_bias: Tensor | None,
+    alpha: Tensor,
+    keep: Tensor | None,
+    scale: float,
+    dropout: float,
+    impl: str,
+    need_ds: bool,
+    sorted_alpha: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``dq (L, H, D)``, ``dk (S, H, D)``, ``dv (S, H, D_v)`` and ``d score (E, H)`` (``(0, H)`` unless ``need_ds``).
 
     ``alpha``, ``keep`` and ``grad_alpha`` in sorted order when ``sorted_alpha`` (``d score`` is in the caller's).
@@ -190,8 +236,17 @@ def attention_backward_op(grad_out: Tensor, grad_alpha: Tensor | None, query: Te
     graph = prepare(edge_index, L, S, device=query.device)
     chosen = choose_impl(graph, query, key, value, edge_bias, impl)  # the forward's choice (same inputs)
     to_sorted = (lambda x: x.t()) if sorted_alpha else (lambda x: graph.sort(x).t())  # (E, H) -> (H, E) sorted
-    args = (query, key, value, to_sorted(alpha), None if keep is None else to_sorted(keep), dropout, grad_out,
-            None if grad_alpha is None else to_sorted(grad_alpha), scale)
+    args = (
+        query,
+        key,
+        value,
+        to_sorted(alpha),
+        None if keep is None else to_sorted(keep),
+        dropout,
+        grad_out,
+        None if grad_alpha is None else to_sorted(grad_alpha),
+        scale,
+    )
     if chosen != "csr" and not finite(query, key, value):  # the forward was guarded: exact along the edges
         chosen = "csr"
     if chosen == "sdpa":
@@ -199,8 +254,9 @@ def attention_backward_op(grad_out: Tensor, grad_alpha: Tensor | None, query: Te
     elif chosen == "block":
         dq, dk, dv, ds = block_backward(graph, _tiles(graph, impl), *args, need_ds=need_ds)
     elif keep is None and usable(query, key, value, edge_bias, dropout):
-        dq, dk, dv, ds = fused_backward(graph, query, key, value, args[3].t(), grad_out,
-                                        None if args[7] is None else args[7].t(), scale)
+        dq, dk, dv, ds = fused_backward(
+            graph, query, key, value, args[3].t(), grad_out, None if args[7] is None else args[7].t(), scale
+        )
         ds = ds.t()  # (H, E) as the other kernels give it
     else:
         dq, dk, dv, ds = csr_backward(graph, *args)
@@ -209,11 +265,29 @@ def attention_backward_op(grad_out: Tensor, grad_alpha: Tensor | None, query: Te
 
 
 @attention_backward_op.register_fake
-def _(grad_out, grad_alpha, query, key, value, edge_index, edge_bias, alpha, keep, scale, dropout, impl, need_ds,
-      sorted_alpha=False):
+def _(
+    grad_out,
+    grad_alpha,
+    query,
+    key,
+    value,
+    edge_index,
+    edge_bias,
+    alpha,
+    keep,
+    scale,
+    dropout,
+    impl,
+    need_ds,
+    sorted_alpha=False,
+):
     H = query.size(1)
-    return (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value),
-            query.new_empty(edge_index.size(1) if need_ds else 0, H))
+    return (
+        torch.empty_like(query),
+        torch.empty_like(key),
+        torch.empty_like(value),
+        query.new_empty(edge_index.size(1) if need_ds else 0, H),
+    )
 
 
 def _setup_attention(ctx, inputs, output):
@@ -234,11 +308,26 @@ def _attention_backward(ctx, grad_out, grad_alpha, _grad_keep):
     if torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
         if ctx.sorted_alpha and keep is not None:  # the reference reads the mask in the caller's order
             keep = prepare(edge_index, query.size(0), key.size(0), device=query.device).unsort(keep)
-        return _differentiable_backward(query, key, value, edge_index, edge_bias, keep, ctx.scale, ctx.dropout,
-                                        grad_out, grad_alpha, needs)
+        return _differentiable_backward(
+            query, key, value, edge_index, edge_bias, keep, ctx.scale, ctx.dropout, grad_out, grad_alpha, needs
+        )
     need_ds = edge_bias is not None and needs[4]
-    dq, dk, dv, ds = attention_backward_op(grad_out, grad_alpha, query, key, value, edge_index, edge_bias, alpha,
-                                           keep, ctx.scale, ctx.dropout, ctx.impl, need_ds, ctx.sorted_alpha)
+    dq, dk, dv, ds = attention_backward_op(
+        grad_out,
+        grad_alpha,
+        query,
+        key,
+        value,
+        edge_index,
+        edge_bias,
+        alpha,
+        keep,
+        ctx.scale,
+        ctx.dropout,
+        ctx.impl,
+        need_ds,
+        ctx.sorted_alpha,
+    )
     d_bias = None
     if need_ds:
         d_bias = ds if edge_bias.size(1) > 1 else ds.sum(1, keepdim=True)  # (E, H) or (E, 1)
@@ -267,8 +356,11 @@ def _alias(t: Tensor) -> Tensor:
 
 
 def _differentiable_backward(query, key, value, edge_index, edge_bias, keep, scale, p, grad_out, grad_alpha, needs):
-    inputs = [t for t, need in zip((query, key, value, edge_bias), (needs[0], needs[1], needs[2], needs[4]))
-              if need and t is not None]
+    inputs = [
+        t
+        for t, need in zip((query, key, value, edge_bias), (needs[0], needs[1], needs[2], needs[4]))
+        if need and t is not None
+    ]
     if not inputs:
         return None, None, None, None, None, None, None, None, None, None
     with torch.enable_grad():
@@ -296,8 +388,9 @@ attention_op.register_autograd(_attention_backward, setup_context=_setup_attenti
 
 
 @torch.library.custom_op("graphattn::ragged_attention", mutates_args=())
-def ragged_attention_op(query: Tensor, key: Tensor, value: Tensor, batch: Tensor, causal: bool, scale: float,
-                        dropout: float, seed: Tensor) -> Tensor:
+def ragged_attention_op(
+    query: Tensor, key: Tensor, value: Tensor, batch: Tensor, causal: bool, scale: float, dropout: float, seed: Tensor
+) -> Tensor:
     """Full or causal attention within each graph of a PyG ``batch``: ``out (N, H, D_v)``."""
     return ragged_forward(query, key, value, batch, causal, scale, dropout, int(seed)).contiguous()
 
@@ -308,9 +401,17 @@ def _(query, key, value, batch, causal, scale, dropout, seed):
 
 
 @torch.library.custom_op("graphattn::ragged_attention_backward", mutates_args=())
-def ragged_attention_backward_op(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, batch: Tensor,
-                                 causal: bool, scale: float, dropout: float, seed: Tensor
-                                 ) -> tuple[Tensor, Tensor, Tensor]:
+def ragged_attention_backward_op(
+    grad_out: Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    batch: Tensor,
+    causal: bool,
+    scale: float,
+    dropout: float,
+    seed: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
     """``dq, dk, dv`` of :func:`ragged_attention_op`: the probabilities recomputed, dropout redrawn from ``seed``."""
     grads = ragged_backward(grad_out, query, key, value, batch, causal, scale, dropout, int(seed))
     return tuple(g.contiguous() for g in grads)
@@ -329,12 +430,18 @@ def _setup_ragged(ctx, inputs, output):
 
 def _ragged_backward(ctx, grad_out):
     if torch.is_grad_enabled():
-        raise NotImplementedError(message("create_graph", "False for the ragged kernel (pattern + batch) under "
-                                          "torch.compile", True, "run that model eagerly, or pass the per-graph "
-                                          "edges (graphattn.graphs.batch_sequences) as edge_index"))
+        raise NotImplementedError(
+            message(
+                "create_graph",
+                "False for the ragged kernel (pattern + batch) under torch.compile",
+                True,
+                "run that model eagerly, or pass the per-graph edges (graphattn.graphs.batch_sequences) as edge_index",
+            )
+        )
     query, key, value, batch, seed = ctx.saved_tensors
-    dq, dk, dv = ragged_attention_backward_op(grad_out.contiguous(), query, key, value, batch, ctx.causal, ctx.scale,
-                                              ctx.dropout, seed)
+    dq, dk, dv = ragged_attention_backward_op(
+        grad_out.contiguous(), query, key, value, batch, ctx.causal, ctx.scale, ctx.dropout, seed
+    )
     return dq, dk, dv, None, None, None, None, None
 
 

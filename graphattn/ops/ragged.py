@@ -49,11 +49,20 @@ def group_sizes(batch: Tensor, num_nodes: int) -> Tensor:
     check_tensor("batch", batch, dim=1, shape_text="(N,)")
     if batch.dtype not in (torch.int64, torch.int32) or batch.size(0) != num_nodes:
         raise (TypeError if batch.dtype not in (torch.int64, torch.int32) else ValueError)(
-            message("batch", f"an integer Tensor of shape (N,) = ({num_nodes},)",
-                    f"{batch.dtype}, shape {tuple(batch.shape)}"))
+            message(
+                "batch",
+                f"an integer Tensor of shape (N,) = ({num_nodes},)",
+                f"{batch.dtype}, shape {tuple(batch.shape)}",
+            )
+        )
     if num_nodes and bool((batch[1:] < batch[:-1]).any() | (batch[0] < 0)):
-        raise ValueError(message("batch", "sorted and non-negative (nodes of one graph together, as PyG batches)",
-                                 "an unsorted or negative vector"))
+        raise ValueError(
+            message(
+                "batch",
+                "sorted and non-negative (nodes of one graph together, as PyG batches)",
+                "an unsorted or negative vector",
+            )
+        )
     return torch.bincount(batch.long())  # (B,)
 
 
@@ -68,8 +77,11 @@ def per_graph_edges(counts: Tensor, pattern) -> Tensor:
     try:
         edge_index, _ = batch_sequences(counts, pattern)  # (2, E)
     except (ValueError, IndexError, TypeError) as error:
-        raise NotImplementedError(message("pattern", "a pattern that applies to every graph size",
-                                          getattr(pattern, "name", pattern), str(error))) from error
+        raise NotImplementedError(
+            message(
+                "pattern", "a pattern that applies to every graph size", getattr(pattern, "name", pattern), str(error)
+            )
+        ) from error
     return edge_index
 
 
@@ -88,8 +100,16 @@ def _pad(x: Tensor, flat: Tensor, B: int, T: int) -> Tensor:
     return padded.view(B, T, *x.shape[1:]).transpose(1, 2)  # (B, H, T, D)
 
 
-def ragged_forward(query: Tensor, key: Tensor, value: Tensor, batch: Tensor, causal: bool, scale: float,
-                   p: float, seed: int | None = None) -> Tensor:
+def ragged_forward(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    batch: Tensor,
+    causal: bool,
+    scale: float,
+    p: float,
+    seed: int | None = None,
+) -> Tensor:
     """The ragged kernel: full (or causal) attention within each graph of ``batch``, ``out (N, H, D_v)``.
 
     One padded SDPA call, or one per size class when the sizes are uneven
@@ -112,8 +132,17 @@ def ragged_forward(query: Tensor, key: Tensor, value: Tensor, batch: Tensor, cau
     return out
 
 
-def ragged_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, batch: Tensor, causal: bool,
-                    scale: float, p: float, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+def ragged_backward(
+    grad_out: Tensor,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    batch: Tensor,
+    causal: bool,
+    scale: float,
+    p: float,
+    seed: int,
+) -> tuple[Tensor, Tensor, Tensor]:
     """``dq, dk, dv`` of :func:`ragged_forward` with the same ``seed``: the math recomputed per padded call."""
     counts = group_sizes(batch, query.size(0))  # (B,)
     grads = [torch.zeros_like(t) for t in (query, key, value)]
@@ -171,8 +200,18 @@ def _unpad(x: Tensor, flat: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(B * T, H, d).index_select(0, flat)  # (N, H, d)
 
 
-def padded_attention(query, key, value, batch, counts, causal: bool, scale: float, p: float, need_weights: bool,
-                     keep_seed: int | None = None):
+def padded_attention(
+    query,
+    key,
+    value,
+    batch,
+    counts,
+    causal: bool,
+    scale: float,
+    p: float,
+    need_weights: bool,
+    keep_seed: int | None = None,
+):
     """One SDPA call on the padded ``(B, H, T, D)`` layout with the key padding (and causal) mask."""
     B = counts.numel()
     flat, valid, T = _padded_layout(batch, counts)  # (N,), (B, T)
@@ -196,8 +235,9 @@ def padded_attention(query, key, value, batch, counts, causal: bool, scale: floa
     return _unpad(out, flat), alpha  # (N, H, D_v), (E, H) or None
 
 
-def padded_backward(grad_out, query, key, value, batch, counts, causal: bool, scale: float, p: float,
-                    keep_seed: int | None):
+def padded_backward(
+    grad_out, query, key, value, batch, counts, causal: bool, scale: float, p: float, keep_seed: int | None
+):
     """``dq, dk, dv (N, H, d)`` of one :func:`padded_attention` call (no weights), the probabilities recomputed."""
     B = counts.numel()
     flat, valid, T = _padded_layout(batch, counts)  # (N,), (B, T)

@@ -11,8 +11,16 @@ from graphattn.validate import check_bool, check_int, check_probability, check_t
 __all__ = ["scored_attention"]
 
 
-def scored_attention(score: Tensor, value: Tensor, edge_index: Tensor, num_targets: int, *, dropout: float = 0.0,
-                     training: bool = True, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+def scored_attention(
+    score: Tensor,
+    value: Tensor,
+    edge_index: Tensor,
+    num_targets: int,
+    *,
+    dropout: float = 0.0,
+    training: bool = True,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
     r"""Softmax of given edge scores over each target's incoming edges, then the weighted sum of values.
 
     .. math::

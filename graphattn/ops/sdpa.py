@@ -47,8 +47,14 @@ class _SDPA(torch.autograd.Function):
     def backward(ctx, grad):
         if torch.is_grad_enabled():  # create_graph=True: SDPA's math backend, differentiable again
             if ctx.p > 0.0:
-                raise NotImplementedError(message("create_graph", "False with attention dropout on SDPA", True,
-                                                  "set dropout=0 for second derivatives (the mask cannot be redrawn)"))
+                raise NotImplementedError(
+                    message(
+                        "create_graph",
+                        "False with attention dropout on SDPA",
+                        True,
+                        "set dropout=0 for second derivatives (the mask cannot be redrawn)",
+                    )
+                )
             q, k, v = (t.view_as(t) if t.requires_grad else t.detach().requires_grad_() for t in ctx.saved_tensors)
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.mask, is_causal=ctx.causal, scale=ctx.scale)
@@ -61,16 +67,25 @@ class _SDPA(torch.autograd.Function):
         return (*grads, None, None, None, None)
 
 
-def sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-         is_causal: bool = False, scale: float | None = None) -> Tensor:
+def sdpa(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
     """``F.scaled_dot_product_attention`` (4-D), with exact second derivatives when eager (:class:`_SDPA`).
 
     Under ``torch.compile`` the plain call (AOTAutograd refuses double backward itself, loudly).
     """
-    if torch.compiler.is_compiling() or not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
-                                                                          or v.requires_grad)):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                                              scale=scale)
+    if torch.compiler.is_compiling() or not (
+        torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    ):
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        )
     return _SDPA.apply(q, k, v, attn_mask, dropout_p, is_causal, scale)
 
 
@@ -122,6 +137,7 @@ def _sdpa(query, key, value, kind: str, scale: float, p: float, need_weights: bo
 
 def run_sdpa(query, key, value, kind, scale, p, need_weights, guards, fix):
     """:func:`_sdpa` for a pattern: ``out``, ``alpha (H, E)`` after dropout or None; guarded for "causal"."""
+
     def kernel(q, k, v):
         return _sdpa(q, k, v, kind, scale, p, need_weights)
 
@@ -151,8 +167,9 @@ def dense_forward(kind: str, query, key, value, scale: float, p: float, need_alp
     return out.transpose(0, 1).contiguous(), alpha, keep
 
 
-def dense_backward(kind: str, query, key, value, alpha, keep, p: float, grad_out, grad_alpha, scale: float,
-                   need_ds: bool):
+def dense_backward(
+    kind: str, query, key, value, alpha, keep, p: float, grad_out, grad_alpha, scale: float, need_ds: bool
+):
     """Gradients of :func:`dense_forward`'s math: ``dq, dk, dv`` and ``d score (H, E)`` or None."""
     L, S = query.size(0), key.size(0)
     if grad_out is None:
@@ -167,5 +184,9 @@ def dense_backward(kind: str, query, key, value, alpha, keep, p: float, grad_out
     dq = torch.bmm(ds, k).mul_(scale)  # (H, L, S) @ (H, S, D) -> (H, L, D)
     dk = torch.bmm(ds.mT, q).mul_(scale)  # (H, S, L) @ (H, L, D) -> (H, S, D)
     dv = torch.bmm(apply_keep(weights, keep_d, p).mT, g)  # (H, S, L) @ (H, L, D_v) -> (H, S, D_v)
-    return (dq.transpose(0, 1), dk.transpose(0, 1), dv.transpose(0, 1),
-            to_edges(kind, ds) if need_ds else None)  # (n, H, d) each, (H, E)
+    return (
+        dq.transpose(0, 1),
+        dk.transpose(0, 1),
+        dv.transpose(0, 1),
+        to_edges(kind, ds) if need_ds else None,
+    )  # (n, H, d) each, (H, E)

@@ -51,8 +51,9 @@ def softmax_rows_backward(grad: Tensor, alpha: Tensor) -> Tensor:
     return torch._softmax_backward_data(grad, alpha, -1, alpha.dtype)  # private, no public fused one (2.13)
 
 
-def segment_softmax(score: Tensor, index: Tensor, num_targets: int, *, dim: int = 0,
-                    degree: int | None = None) -> Tensor:
+def segment_softmax(
+    score: Tensor, index: Tensor, num_targets: int, *, dim: int = 0, degree: int | None = None
+) -> Tensor:
     """Softmax of edge scores over the incoming edges of each target.
 
     .. math:: \\alpha_e = \\exp(s_e - m_i) / \\sum_{e' \\to i} \\exp(s_{e'} - m_i),
@@ -116,8 +117,9 @@ def segment_softmax(score: Tensor, index: Tensor, num_targets: int, *, dim: int 
     return exp / denom if tracked else exp.div_(denom)
 
 
-def segment_softmax_backward(grad: Tensor, alpha: Tensor, index: Tensor, num_targets: int, *,
-                             degree: int | None = None) -> Tensor:
+def segment_softmax_backward(
+    grad: Tensor, alpha: Tensor, index: Tensor, num_targets: int, *, degree: int | None = None
+) -> Tensor:
     """``d score = alpha * (grad - sum_{e' -> i} alpha_e' grad_e')`` for ``(H, E)`` tensors (edge axis 1)."""
     if degree:
         rows = (-1, num_targets, degree)  # (H, L, k)

@@ -57,7 +57,8 @@ class _Graph:
         with _LOCK:
             if self._inverse is None:
                 self._inverse = torch.empty_like(self.perm).index_copy_(
-                    0, self.perm, torch.arange(self.E, device=self.perm.device))  # (E,) caller e -> sorted place
+                    0, self.perm, torch.arange(self.E, device=self.perm.device)
+                )  # (E,) caller e -> sorted place
         return x.index_select(0, self._inverse)  # (E, ...); index_select: 2-4x faster than x[idx] on the CPU
 
     def sort(self, x: Tensor) -> Tensor:
@@ -99,8 +100,9 @@ class _Graph:
             if self._distinct is None:
                 crow, col, inverse = self.crow, self.src, None
                 if self.has_duplicates:
-                    key, inverse = torch.unique_consecutive(self.dst * self.S + self.src,
-                                                            return_inverse=True)  # (U,), (E,) sorted keys
+                    key, inverse = torch.unique_consecutive(
+                        self.dst * self.S + self.src, return_inverse=True
+                    )  # (U,), (E,) sorted keys
                     crow = F.pad(torch.bincount(key // self.S, minlength=self.L).cumsum(0), (1, 0))  # (L + 1,)
                     col = key % self.S  # (U,)
                 dtype = index_dtype(self.E, self.L, self.S)
@@ -119,7 +121,7 @@ class _Graph:
         with _LOCK:
             if key in self._head_blocks:
                 return self._head_blocks[key]
-        crow, col = (self.transposed()[1:] if transposed else (self.crow, self.src))
+        crow, col = self.transposed()[1:] if transposed else (self.crow, self.src)
         n = self.L if transposed else self.S
         dtype = index_dtype(heads * self.E, heads * self.L, heads * self.S)
         offsets = torch.arange(heads, device=col.device).unsqueeze(1)  # (H, 1)
@@ -142,7 +144,7 @@ class _Graph:
 
 def index_dtype(*counts: int) -> torch.dtype:
     """int32 when every count (entries, rows, columns) fits in it, else int64: the kernels' sparse index type."""
-    return torch.int32 if max(counts, default=0) < 2 ** 31 - 1 else torch.int64
+    return torch.int32 if max(counts, default=0) < 2**31 - 1 else torch.int64
 
 
 class _Tiles:
@@ -198,8 +200,10 @@ class _Tiles:
         self.has_empty = bool(self.empty_rows.any())
         step = max(1, min(nqb, TILE_FLOATS // (B * ntb)))  # query blocks per chunk: scores stay in cache
         crow = graph.crow.tolist()
-        self.chunks = [(b0, min(nqb, b0 + step), crow[min(b0 * B, L)], crow[min(b0 * B + step * B, L)])
-                       for b0 in range(0, nqb, step)]
+        self.chunks = [
+            (b0, min(nqb, b0 + step), crow[min(b0 * B, L)], crow[min(b0 * B + step * B, L)])
+            for b0 in range(0, nqb, step)
+        ]
         return self
 
     def pad_keys(self, x: Tensor) -> Tensor:
@@ -207,20 +211,20 @@ class _Tiles:
         out = x.new_empty(x.size(1), self.key_blocks * self.B, x.size(2))  # (H, rows, d)
         front = self.pad_front * self.B
         out[:, :front].zero_()
-        out[:, front:front + x.size(0)] = x.transpose(0, 1)
-        out[:, front + x.size(0):].zero_()
+        out[:, front : front + x.size(0)] = x.transpose(0, 1)
+        out[:, front + x.size(0) :].zero_()
         return out
 
     def unpad_keys(self, x: Tensor, S: int) -> Tensor:
         """Inverse of :meth:`pad_keys`: (H, rows, d) -> (S, H, d)."""
         front = self.pad_front * self.B
-        return x[:, front:front + S].transpose(0, 1)
+        return x[:, front : front + S].transpose(0, 1)
 
     def keys(self, xh: Tensor, b0: int, b1: int) -> Tensor:
         """Key tile rows of query blocks ``[b0, b1)`` from one head's padded ``(rows, d)``: ``(c, nt*B, d)``."""
         B, ntb, d = self.B, self.nt * self.B, xh.size(1)
         if self.band:  # overlapping windows, a view
-            return xh[(b0 + self.shift) * B:].as_strided((b1 - b0, ntb, d), (B * d, d, 1))
+            return xh[(b0 + self.shift) * B :].as_strided((b1 - b0, ntb, d), (B * d, d, 1))
         return xh.index_select(0, self.rows[b0:b1].reshape(-1)).view(b1 - b0, ntb, d)
 
     def add_keys(self, dxh: Tensor, grad: Tensor, b0: int, b1: int) -> None:
@@ -230,7 +234,7 @@ class _Tiles:
             grad = grad.view(b1 - b0, nt, B, d)  # (c, nt, B, d)
             blocks = dxh.view(-1, B, d)  # (key_blocks, B, d)
             for t in range(nt):  # slot t of query block b is key block b + shift + t (padded numbering)
-                blocks[b0 + self.shift + t:b1 + self.shift + t] += grad[:, t]
+                blocks[b0 + self.shift + t : b1 + self.shift + t] += grad[:, t]
         else:
             dxh.index_add_(0, self.rows[b0:b1].reshape(-1), grad.view(-1, d))
 
@@ -268,8 +272,9 @@ def cache_size() -> int:
 def pattern_edges(pattern, num_targets: int, num_sources: int, device=None) -> Tensor:
     """``pattern.edge_index(L, S)`` on ``device``, built once per pattern object and sizes (patterns are immutable)."""
     L, S = num_targets, num_sources
-    return _PATTERN_EDGES.get(("pattern", L, S, str(device)), (), lambda: pattern.edge_index(L, S).to(device),
-                              owners=(pattern,))
+    return _PATTERN_EDGES.get(
+        ("pattern", L, S, str(device)), (), lambda: pattern.edge_index(L, S).to(device), owners=(pattern,)
+    )
 
 
 def prepare(edge_index, num_targets: int, num_sources: int | None = None, device=None) -> _Graph:
@@ -306,13 +311,15 @@ def prepare(edge_index, num_targets: int, num_sources: int | None = None, device
     L = num_targets
     S = L if num_sources is None else num_sources
     if isinstance(edge_index, Tensor):
+
         def build():
             check_edge_index(edge_index, S, L)
             return _Graph(edge_index, L, S)
 
         return _CACHE.get(("edges", L, S), (edge_index,), build)
     if not is_pattern(edge_index):
-        raise TypeError(message("edge_index", "a LongTensor (2, E) or a graphattn.patterns.Pattern",
-                                type(edge_index).__name__))
+        raise TypeError(
+            message("edge_index", "a LongTensor (2, E) or a graphattn.patterns.Pattern", type(edge_index).__name__)
+        )
     pattern = edge_index
     return prepare(pattern_edges(pattern, L, S, device), L, S)

@@ -32,6 +32,7 @@ References
 .. [3] Zaheer et al., "Big Bird: Transformers for Longer Sequences", 2020.
 .. [4] Dao, "FlashAttention-2", 2023 (``flash_attn_func(window_size=...)``).
 """
+
 from graphattn.patterns.base import MAX_ELEMENTS, MAX_LENGTH, Pattern, is_pattern
 from graphattn.patterns.connectivity import DIAMETER_MAX_L, REACH_MAX_L, stats
 from graphattn.patterns.local import causal, dilated, flash_window, full, longformer_window, window
@@ -40,6 +41,28 @@ from graphattn.patterns.scored import threshold, topk, topk_mask
 from graphattn.patterns.sparse_transformer import fixed, strided
 from graphattn.patterns.spec import from_spec
 
-__all__ = ["Pattern", "is_pattern", "full", "causal", "window", "dilated", "longformer_window", "flash_window",
-           "strided", "fixed", "global_tokens", "random", "bigbird", "longformer", "topk", "topk_mask",
-           "threshold", "from_spec", "stats", "MAX_LENGTH", "MAX_ELEMENTS", "REACH_MAX_L", "DIAMETER_MAX_L"]
+__all__ = [
+    "Pattern",
+    "is_pattern",
+    "full",
+    "causal",
+    "window",
+    "dilated",
+    "longformer_window",
+    "flash_window",
+    "strided",
+    "fixed",
+    "global_tokens",
+    "random",
+    "bigbird",
+    "longformer",
+    "topk",
+    "topk_mask",
+    "threshold",
+    "from_spec",
+    "stats",
+    "MAX_LENGTH",
+    "MAX_ELEMENTS",
+    "REACH_MAX_L",
+    "DIAMETER_MAX_L",
+]

@@ -6,6 +6,7 @@ target, then source, O(E)) and ``_rule(q_idx, kv_idx)`` (an elementwise
 predicate). Size-dependent patterns (random draws) derive from ``_Sized`` and
 are bound to one (L, S) by ``bind``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,8 +19,8 @@ from graphattn.validate import check_int, message
 
 __all__ = ["Pattern", "is_pattern", "MAX_LENGTH", "MAX_ELEMENTS"]
 
-MAX_LENGTH = 2 ** 31 - 1  # largest L or S: the int32 index range of the CSR and CUDA kernels
-MAX_ELEMENTS = 2 ** 31  # most edges (a (2, E) int64 list of 32 GiB) or dense mask entries one call builds
+MAX_LENGTH = 2**31 - 1  # largest L or S: the int32 index range of the CSR and CUDA kernels
+MAX_ELEMENTS = 2**31  # most edges (a (2, E) int64 list of 32 GiB) or dense mask entries one call builds
 
 
 class _TooLarge(ValueError):
@@ -49,8 +50,14 @@ def _sort_unique(j: Tensor, i: Tensor, S: int) -> Tensor:
 def _check_elements(L: int, S: int, what: str, name: str = "L * S") -> None:
     """Refuse an (L, S) grid of more than ``MAX_ELEMENTS`` entries before allocating it."""
     if L * S > MAX_ELEMENTS:
-        raise ValueError(message(name, f"at most {MAX_ELEMENTS} for {what}", f"{L} * {S} = {L * S}",
-                                 "use edge_index(L, S), which is O(E)"))
+        raise ValueError(
+            message(
+                name,
+                f"at most {MAX_ELEMENTS} for {what}",
+                f"{L} * {S} = {L * S}",
+                "use edge_index(L, S), which is O(E)",
+            )
+        )
 
 
 class Pattern:
@@ -110,8 +117,13 @@ class Pattern:
         try:
             return self._edges(L, S)
         except _TooLarge as err:
-            raise ValueError(message("L and S", f"sizes giving at most {MAX_ELEMENTS} edges of {self.name}",
-                                     f"L = {L}, S = {S}: {err.args[0]} edges")) from None
+            raise ValueError(
+                message(
+                    "L and S",
+                    f"sizes giving at most {MAX_ELEMENTS} edges of {self.name}",
+                    f"L = {L}, S = {S}: {err.args[0]} edges",
+                )
+            ) from None
 
     def mask(self, L: int, S: int | None = None) -> Tensor:
         """Dense BoolTensor (L, S); True = query i may attend key j.
@@ -214,8 +226,9 @@ class _Sized(Pattern):
     """
 
     def _rule(self, q_idx, kv_idx):
-        raise ValueError(f"Expected a bound pattern: {self.name}'s keys depend on (L, S), "
-                         f"use pattern.bind(L, S).mask_mod")
+        raise ValueError(
+            f"Expected a bound pattern: {self.name}'s keys depend on (L, S), use pattern.bind(L, S).mask_mod"
+        )
 
     def bind(self, L, S=None):
         return _Bound(self, *self._sizes(L, S))

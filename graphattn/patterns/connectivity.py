@@ -4,6 +4,7 @@ Edge counts come from the edge list in O(E); the all-pairs questions
 (reachability within p hops, diameter) need an (L, L) computation and are
 answered only up to a documented size.
 """
+
 from __future__ import annotations
 
 import torch

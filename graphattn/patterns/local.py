@@ -3,6 +3,7 @@
 Every builder validates its parameters with :mod:`graphattn.validate` and
 returns a :class:`~graphattn.patterns.Pattern`; see that class for the views.
 """
+
 from __future__ import annotations
 
 import torch
@@ -197,5 +198,3 @@ def flash_window(left: int, right: int) -> Pattern:
     """
     left, right = (check_int(name, v, -1, None) for name, v in (("left", left), ("right", right)))
     return window(None if left == -1 else left, None if right == -1 else right)
-
-

@@ -4,6 +4,7 @@
 take an explicit seed and never touch the global RNG, so they are the same in
 training and evaluation.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,7 +25,7 @@ from graphattn.validate import as_int, check_int, message
 
 __all__ = ["global_tokens", "random", "bigbird", "longformer"]
 
-SEED_RANGE = (-2 ** 63, 2 ** 64 - 1)  # what torch.Generator.manual_seed accepts
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 
 
 class _Global(Pattern):
@@ -69,7 +70,7 @@ def global_tokens(indices) -> _Global:
     return _Global(torch.tensor(idx, dtype=torch.long))
 
 
-DRAW_CHUNK = 2 ** 20  # random numbers drawn at once by the dense draw: rows of S per chunk
+DRAW_CHUNK = 2**20  # random numbers drawn at once by the dense draw: rows of S per chunk
 
 
 def _dense_draw(L: int, S: int, k: int, g: torch.Generator) -> Tensor:
@@ -79,8 +80,10 @@ def _dense_draw(L: int, S: int, k: int, g: torch.Generator) -> Tensor:
     so the L S numbers drawn are fewer than 8 E. float64 makes ties negligible.
     """
     rows = max(1, DRAW_CHUNK // S)
-    parts = [torch.rand(min(rows, L - r), S, generator=g, dtype=torch.float64).topk(k, dim=1).indices
-             for r in range(0, L, rows)]  # [(rows, k)]
+    parts = [
+        torch.rand(min(rows, L - r), S, generator=g, dtype=torch.float64).topk(k, dim=1).indices
+        for r in range(0, L, rows)
+    ]  # [(rows, k)]
     return torch.cat(parts)  # (L, k)
 
 
@@ -162,9 +165,10 @@ class _BigBird(_Sized):
         self.block, self.window_blocks, self.global_blocks = block, window_blocks, global_blocks
         self.random_blocks, self.seed = random_blocks, seed
         args = (block, window_blocks, global_blocks, random_blocks, seed)
-        super().__init__("bigbird_b{}_w{}_g{}_r{}_s{}".format(*args),
-                         "bigbird(block={}, window_blocks={}, global_blocks={}, "
-                         "random_blocks={}, seed={})".format(*args))
+        super().__init__(
+            "bigbird_b{}_w{}_g{}_r{}_s{}".format(*args),
+            "bigbird(block={}, window_blocks={}, global_blocks={}, random_blocks={}, seed={})".format(*args),
+        )
 
     def _table(self, L, S):
         b, w, g = self.block, self.window_blocks, self.global_blocks
@@ -177,7 +181,7 @@ class _BigBird(_Sized):
         table = near | g_q | g_k  # (nq, nk)
         gen = torch.Generator().manual_seed(self.seed)
         draw = torch.rand(nq, nk, generator=gen).masked_fill(table, 2.0)  # (nq, nk) taken last
-        pick = draw.argsort(1)[:, :self.random_blocks]  # (nq, r) random key blocks
+        pick = draw.argsort(1)[:, : self.random_blocks]  # (nq, r) random key blocks
         rand = torch.zeros_like(table).scatter_(1, pick, True) & ~table  # (nq, nk)
         return table | rand, b
 
@@ -192,8 +196,9 @@ class _BigBird(_Sized):
         return _sort_unique(j, i, S)  # (2, E)
 
 
-def bigbird(block: int, window_blocks: int = 3, global_blocks: int = 2,
-            random_blocks: int = 2, seed: int = 0) -> Pattern:
+def bigbird(
+    block: int, window_blocks: int = 3, global_blocks: int = 2, random_blocks: int = 2, seed: int = 0
+) -> Pattern:
     """BigBird block-sparse attention (ITC) [3]_, as in the reference implementation.
 
     Rule, on blocks of ``block`` tokens (query block a = floor(i / b), key block
@@ -216,9 +221,13 @@ def bigbird(block: int, window_blocks: int = 3, global_blocks: int = 2,
     >>> p.name, p.mask(6).int().tolist()[4]
     ('bigbird_b2_w1_g1_r0_s0', [1, 1, 0, 0, 1, 1])
     """
-    return _BigBird(check_int("block", block, 1), check_int("window_blocks", window_blocks),
-                    check_int("global_blocks", global_blocks), check_int("random_blocks", random_blocks),
-                    check_int("seed", seed, *SEED_RANGE))
+    return _BigBird(
+        check_int("block", block, 1),
+        check_int("window_blocks", window_blocks),
+        check_int("global_blocks", global_blocks),
+        check_int("random_blocks", random_blocks),
+        check_int("seed", seed, *SEED_RANGE),
+    )
 
 
 def longformer(window: int, global_indices=(0,)) -> Pattern:
@@ -239,5 +248,3 @@ def longformer(window: int, global_indices=(0,)) -> Pattern:
     name = f"longformer_w{window}_g" + "_".join(map(str, g.indices.tolist()))
     call = f"longformer(window={window}, global_indices={g.indices.tolist()})"
     return _Composite("|", [longformer_window(window), g], name, call)
-
-

@@ -4,6 +4,7 @@
 axes (layers, heads), ties to the lower key index. :func:`topk` and
 :func:`threshold` wrap one layer and head as a :class:`~graphattn.patterns.Pattern`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,8 +38,9 @@ def _budget(k, batch_shape: torch.Size, S: int, device) -> Tensor:
         except RuntimeError:
             shape = None
         if shape != batch_shape:
-            raise ValueError(message("k", f"an int or a Tensor broadcastable to {tuple(batch_shape)}",
-                                     f"shape {tuple(k.shape)}"))
+            raise ValueError(
+                message("k", f"an int or a Tensor broadcastable to {tuple(batch_shape)}", f"shape {tuple(k.shape)}")
+            )
         if k.numel() and int(k.min()) < 0:
             raise ValueError(message("k", "non-negative keys per query", f"a minimum of {int(k.min())}"))
         return k.to(device=device, dtype=torch.long).clamp(max=S).expand(batch_shape).unsqueeze(-1)
@@ -127,8 +129,7 @@ class _Scored(Pattern):
 
     def _rule(self, q_idx, kv_idx):
         L, S = self.table.shape
-        return self.table.to(q_idx.device)[q_idx.clamp(0, L - 1), kv_idx.clamp(0, S - 1)] \
-            & (q_idx < L) & (kv_idx < S)
+        return self.table.to(q_idx.device)[q_idx.clamp(0, L - 1), kv_idx.clamp(0, S - 1)] & (q_idx < L) & (kv_idx < S)
 
 
 def topk(scores: Tensor, k: int) -> Pattern:
@@ -165,5 +166,6 @@ def threshold(scores: Tensor, tau: float) -> Pattern:
     [[1, 0, 1], [0, 1, 1]]
     """
     scores, tau = _scores(scores, 2, "(L, S)").detach().cpu(), check_float("tau", tau)
-    return _Scored(scores >= tau, f"threshold_{tau:g}",
-                   f"threshold(scores=<Tensor {tuple(scores.shape)}>, tau={tau!r})")
+    return _Scored(
+        scores >= tau, f"threshold_{tau:g}", f"threshold(scores=<Tensor {tuple(scores.shape)}>, tau={tau!r})"
+    )

@@ -1,4 +1,5 @@
 """The two factorised patterns of the Sparse Transformer: strided and fixed."""
+
 from __future__ import annotations
 
 import torch
@@ -90,5 +91,3 @@ def fixed(block: int, summary: int) -> Pattern:
     """
     block = check_int("block", block, 1)
     return _Fixed(block, check_int("summary", summary, 0, block))
-
-

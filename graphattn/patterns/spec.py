@@ -27,8 +27,9 @@ class SpecError(ValueError):
     """A malformed spec; ``spec`` is the text, ``why`` the reason (the message is one line)."""
 
     def __init__(self, spec: str, why: str):
-        super().__init__(f"Expected pattern spec {spec!r} to be family[:args] with family one of "
-                         f"{', '.join(FAMILIES)} ({why})")
+        super().__init__(
+            f"Expected pattern spec {spec!r} to be family[:args] with family one of {', '.join(FAMILIES)} ({why})"
+        )
         self.spec, self.why = spec, why
 
 
@@ -117,8 +118,11 @@ def parse_atom(text: str, families: dict | None = None, spec: str | None = None)
         key, eq, val = item.partition("=")
         if not eq:
             if pos >= len(names):
-                raise SpecError(spec, f"{family!r} takes {', '.join(names) or 'no parameters'}: "
-                                      f"at most {len(names)} values (got {len(items)})")
+                raise SpecError(
+                    spec,
+                    f"{family!r} takes {', '.join(names) or 'no parameters'}: "
+                    f"at most {len(names)} values (got {len(items)})",
+                )
             key, val = names[pos], item
         key = key.strip().lower()
         if key not in params:
@@ -128,8 +132,9 @@ def parse_atom(text: str, families: dict | None = None, spec: str | None = None)
         try:
             values[key] = params[key].convert(val.strip())
         except ValueError:
-            raise SpecError(spec, f"expected {key!r} of {family!r} to be {params[key].what} "
-                                  f"(got {val.strip()!r})") from None
+            raise SpecError(
+                spec, f"expected {key!r} of {family!r} to be {params[key].what} (got {val.strip()!r})"
+            ) from None
     if family == "window" and items and "=" not in items[0] and "right" not in values:
         values["right"] = values["left"]  # one positional size, window:8, is both sides; window:left=4 is not
     return family, values
@@ -139,8 +144,10 @@ def _window(left=None, right=None, dilation=1) -> Pattern:
     if left is None and right is None:
         raise ValueError("'window' needs a size, e.g. window:8 or window:left=4,right=2")
     if left is None or right is None:  # window:left=4 is not a half window: say so
-        raise ValueError("give both 'left' and 'right' (window:left=4,right=0 for one side), "
-                         "or one size, window:8, for left = right = 8")
+        raise ValueError(
+            "give both 'left' and 'right' (window:left=4,right=0 for one side), "
+            "or one size, window:8, for left = right = 8"
+        )
     return window(left, right, dilation)
 
 

@@ -32,6 +32,31 @@ from graphattn.prune.run import Results, run_experiment
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, Spec, as_spec, parse_spec
 from graphattn.prune.tasks import Task, make_task
 
-__all__ = ["corpus", "costs", "keep", "metrics", "models", "scoring", "specs", "stats", "sweep", "tasks", "run_experiment", "Results", "load_model",
-           "self_check", "format_table", "write_outputs", "parse_spec", "as_spec", "Spec", "Task", "make_task",
-           "SPEC_HELP", "DEFAULT_PATTERNS", "DEFAULT_LIMIT", "SELF_CHECK_TOL", "TABLE_COLUMNS"]
+__all__ = [
+    "corpus",
+    "costs",
+    "keep",
+    "metrics",
+    "models",
+    "scoring",
+    "specs",
+    "stats",
+    "sweep",
+    "tasks",
+    "run_experiment",
+    "Results",
+    "load_model",
+    "self_check",
+    "format_table",
+    "write_outputs",
+    "parse_spec",
+    "as_spec",
+    "Spec",
+    "Task",
+    "make_task",
+    "SPEC_HELP",
+    "DEFAULT_PATTERNS",
+    "DEFAULT_LIMIT",
+    "SELF_CHECK_TOL",
+    "TABLE_COLUMNS",
+]

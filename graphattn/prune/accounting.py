@@ -80,8 +80,10 @@ class LayerRun:
         y = out.transpose(1, 2)  # (B, L, H, D) -> (B, H, L, D)
         keep = graph.allowed.expand(y.shape[0], y.shape[1], *graph.allowed.shape[2:])  # (B, H, L, S)
         if not bool(torch.isfinite(y).all()):
-            raise FloatingPointError(f"Expected graph attention to return finite outputs (got NaN or inf in "
-                                     f"layer {at}, {int(keep.sum())} kept (edge, head) pairs)")
+            raise FloatingPointError(
+                f"Expected graph attention to return finite outputs (got NaN or inf in "
+                f"layer {at}, {int(keep.sum())} kept (edge, head) pairs)"
+            )
         weights = dense_weights(query, key, valid)  # (B, H, L, S)
         rows = valid.any(-1)  # (B, 1, L): queries that exist
         mass = metrics.attention_mass(weights, keep)  # (B, H, L)
@@ -109,10 +111,16 @@ class LayerRun:
         for i in range(self.num_layers):
             q = self.queries[i] or 1
             nonempty = q - self.empty[i]
-            out.append({"layer": i, "density": self.kept[i] / (self.dense[i] or 1), "mass": self.mass[i] / q,
-                        "neg_log_mass": self.nlm[i] / nonempty if nonempty else math.inf,
-                        "empty": self.empty[i] / q,
-                        "out_err": math.sqrt(self.err2[i] / self.ref2[i]) if self.ref2[i] else 0.0})
+            out.append(
+                {
+                    "layer": i,
+                    "density": self.kept[i] / (self.dense[i] or 1),
+                    "mass": self.mass[i] / q,
+                    "neg_log_mass": self.nlm[i] / nonempty if nonempty else math.inf,
+                    "empty": self.empty[i] / q,
+                    "out_err": math.sqrt(self.err2[i] / self.ref2[i]) if self.ref2[i] else 0.0,
+                }
+            )
         return out
 
     def forced_per_layer(self) -> list[list[float]]:
@@ -124,7 +132,11 @@ class LayerRun:
         queries = sum(self.queries)
         nonempty = queries - sum(self.empty)
         layers = self.per_layer()
-        return {"density": sum(self.kept) / sum(self.dense), "keys_per_query": sum(self.kept) / queries,
-                "mass": sum(self.mass) / queries,
-                "neg_log_mass": sum(self.nlm) / nonempty if nonempty else math.inf,
-                "empty": sum(self.empty) / queries, "out_err": sum(r["out_err"] for r in layers) / len(layers)}
+        return {
+            "density": sum(self.kept) / sum(self.dense),
+            "keys_per_query": sum(self.kept) / queries,
+            "mass": sum(self.mass) / queries,
+            "neg_log_mass": sum(self.nlm) / nonempty if nonempty else math.inf,
+            "empty": sum(self.empty) / queries,
+            "out_err": sum(r["out_err"] for r in layers) / len(layers),
+        }

@@ -26,8 +26,21 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["DEFAULT_LIMIT", "CHARS_PER_TOKEN", "MIN_WORDS", "MIN_LINE_WORDS", "pydoc_paragraphs", "chunk_text", "cut",
-           "pydoc_chunks", "pydoc_passages", "read_passages", "select_evenly", "clean_passages", "sentences"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "CHARS_PER_TOKEN",
+    "MIN_WORDS",
+    "MIN_LINE_WORDS",
+    "pydoc_paragraphs",
+    "chunk_text",
+    "cut",
+    "pydoc_chunks",
+    "pydoc_passages",
+    "read_passages",
+    "select_evenly",
+    "clean_passages",
+    "sentences",
+]
 
 DEFAULT_LIMIT = 48  # passages ``graphattn prune`` samples by default
 CHARS_PER_TOKEN = 20  # a WordPiece token of English is ~4-5 characters: 20 leaves a wide margin
@@ -240,8 +253,9 @@ def pydoc_passages(tokenizer, max_length: int = 128, limit: int | None = None) -
     return select_evenly(clean_passages(chunks, 1)[0], limit)
 
 
-def read_passages(path: str | os.PathLike, limit: int | None = None, max_length: int | None = None, *,
-                  dropped: dict | None = None) -> list[str]:
+def read_passages(
+    path: str | os.PathLike, limit: int | None = None, max_length: int | None = None, *, dropped: dict | None = None
+) -> list[str]:
     """A user's passages from a UTF-8 text file, one per line (blank lines, exact duplicates and lines of
     fewer than ``MIN_LINE_WORDS`` words skipped, see :func:`clean_passages`).
 
@@ -266,8 +280,9 @@ def read_passages(path: str | os.PathLike, limit: int | None = None, max_length:
         If the file holds no non-blank line, or ``limit`` < 1.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"Expected '--text' to name a text file with one passage per line "
-                                f"(got {str(path)!r}: no such file)")
+        raise FileNotFoundError(
+            f"Expected '--text' to name a text file with one passage per line (got {str(path)!r}: no such file)"
+        )
     cap = None if max_length is None else CHARS_PER_TOKEN * max_length
     with open(path, encoding="utf-8") as f:
         lines = [" ".join(line[:cap].split()) for line in f]

@@ -74,7 +74,7 @@ class PeakMemory:
     def __exit__(self, *exc):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-            self.mib = (torch.cuda.max_memory_allocated(self.device) - self._start) / 2 ** 20
+            self.mib = (torch.cuda.max_memory_allocated(self.device) - self._start) / 2**20
             self.how = "CUDA max_memory_allocated over the row, less its start"
         elif self._start is not None and (high := _status_kib("VmHWM")) is not None:
             self.mib = max(0, high - self._start) / 1024
@@ -89,4 +89,3 @@ def timed_encode(model, tokenizer, texts, max_length, batch_size, pooling, imple
         emb, nll = models.encode(model, tokenizer, texts, max_length, batch_size, pooling, step=step)
         seconds = time.perf_counter() - t0
     return emb, nll, seconds, peak.mib
-

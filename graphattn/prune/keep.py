@@ -96,14 +96,20 @@ class Spec:
         if n not in self._masks:
             mask = self.pattern.mask(n) if self.pattern is not None else self.mask_fn(n)  # (n, n)
             if not isinstance(mask, Tensor):
-                raise TypeError(f"Expected the pattern function of spec {self.name!r} to return a bool Tensor "
-                                f"of shape ({n}, {n}), True = may attend (got {type(mask).__name__})")
+                raise TypeError(
+                    f"Expected the pattern function of spec {self.name!r} to return a bool Tensor "
+                    f"of shape ({n}, {n}), True = may attend (got {type(mask).__name__})"
+                )
             if mask.dtype != torch.bool:
-                raise TypeError(f"Expected the pattern function of spec {self.name!r} to return a bool mask, "
-                                f"True = may attend (got dtype {mask.dtype}; use mask > 0 or mask.bool())")
+                raise TypeError(
+                    f"Expected the pattern function of spec {self.name!r} to return a bool mask, "
+                    f"True = may attend (got dtype {mask.dtype}; use mask > 0 or mask.bool())"
+                )
             if mask.shape != (n, n):
-                raise ValueError(f"Expected the pattern function of spec {self.name!r} to return shape ({n}, {n}) "
-                                 f"for {n} tokens (got {tuple(mask.shape)})")
+                raise ValueError(
+                    f"Expected the pattern function of spec {self.name!r} to return shape ({n}, {n}) "
+                    f"for {n} tokens (got {tuple(mask.shape)})"
+                )
             self._masks[n] = mask
         return self._masks[n]
 
@@ -160,8 +166,9 @@ class Spec:
     def _placed(self, valid: Tensor) -> Tensor:
         """The fixed pattern on each sequence's own tokens, inside ``valid (..., L, L)``."""
         present = valid.any(-2).reshape(-1, valid.shape[-1])  # (sequences, L): tokens that exist
-        out = torch.zeros(present.shape[0], valid.shape[-2], valid.shape[-1], dtype=torch.bool,
-                          device=valid.device)  # (sequences, L, L)
+        out = torch.zeros(
+            present.shape[0], valid.shape[-2], valid.shape[-1], dtype=torch.bool, device=valid.device
+        )  # (sequences, L, L)
         for sequence, tokens in zip(out, present):
             where = tokens.nonzero().squeeze(1)  # (n,): positions of the n tokens
             sequence[where.unsqueeze(1), where] = self.pattern_mask(where.numel()).to(valid.device)  # (n, n)
@@ -170,8 +177,9 @@ class Spec:
     def _drawn(self, valid: Tensor, layer: int, heads: int) -> Tensor:
         """A draw per head of ``layer`` on each sequence's own tokens: ``valid (B, 1, L, S)`` -> (B, H, L, S)."""
         present = valid.any(-2).reshape(-1, valid.shape[-1])  # (B, L): tokens that exist
-        out = torch.zeros(present.shape[0], heads, valid.shape[-2], valid.shape[-1], dtype=torch.bool,
-                          device=valid.device)  # (B, H, L, S)
+        out = torch.zeros(
+            present.shape[0], heads, valid.shape[-2], valid.shape[-1], dtype=torch.bool, device=valid.device
+        )  # (B, H, L, S)
         for sequence, tokens in zip(out, present):
             where = tokens.nonzero().squeeze(1)  # (n,): positions of the n tokens
             n = where.numel()
@@ -180,4 +188,3 @@ class Spec:
                     self._masks[(n, layer, h)] = self.draw(n, layer, h)  # (n, n)
                 sequence[h, where.unsqueeze(1), where] = self._masks[(n, layer, h)].to(valid.device)
         return out & valid  # (B, H, L, S)
-

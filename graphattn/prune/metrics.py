@@ -42,8 +42,9 @@ __all__ = [
 
 def _check_pair(a: Tensor, b: Tensor, names: tuple[str, str]) -> None:
     if a.shape != b.shape:
-        raise ValueError(f"Expected '{names[0]}' and '{names[1]}' to share one shape "
-                         f"(got {tuple(a.shape)} and {tuple(b.shape)})")
+        raise ValueError(
+            f"Expected '{names[0]}' and '{names[1]}' to share one shape (got {tuple(a.shape)} and {tuple(b.shape)})"
+        )
 
 
 def _check_values(name: str, t: Tensor, kind: str) -> None:

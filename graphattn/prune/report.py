@@ -42,15 +42,35 @@ def self_check(dense: dict, tol: float = SELF_CHECK_TOL) -> tuple[bool, str]:
     deltas = [f"{m} {dense[m + '_delta']:+.3f}" for m in TASK_METRICS if m + "_delta" in dense]
     if deltas:
         extra += ", task vs eager " + " ".join(deltas)
-    msg = (f"self-check: the model's own graph through graph attention vs Hugging Face eager: "
-           f"cos min {dense['cos_min']:.8f}, spearman {dense['spearman']:.8f}, top1 {dense['top1']:.3f}, "
-           f"mass {dense['mass']:.8f}, out err {dense['out_err']:.1e}{extra}; "
-           f"worst |deviation| {worst:.1e} (tolerance {tol:.0e}): {'PASS' if ok else 'FAIL'}")
+    msg = (
+        f"self-check: the model's own graph through graph attention vs Hugging Face eager: "
+        f"cos min {dense['cos_min']:.8f}, spearman {dense['spearman']:.8f}, top1 {dense['top1']:.3f}, "
+        f"mass {dense['mass']:.8f}, out err {dense['out_err']:.1e}{extra}; "
+        f"worst |deviation| {worst:.1e} (tolerance {tol:.0e}): {'PASS' if ok else 'FAIL'}"
+    )
     return ok, msg
 
 
-TABLE_COLUMNS = ["pattern", "realisable", "density", "nll", "MRR", "R@1", "nDCG@10", "fwd_s", "fwd_x_sdpa", "attn_s",
-                 "peak_mib", "attn_gflop", "mass", "mass_tf", "out_err", "cos_mean", "spearman", "top1"]
+TABLE_COLUMNS = [
+    "pattern",
+    "realisable",
+    "density",
+    "nll",
+    "MRR",
+    "R@1",
+    "nDCG@10",
+    "fwd_s",
+    "fwd_x_sdpa",
+    "attn_s",
+    "peak_mib",
+    "attn_gflop",
+    "mass",
+    "mass_tf",
+    "out_err",
+    "cos_mean",
+    "spearman",
+    "top1",
+]
 
 
 def _missing(value) -> bool:
@@ -81,10 +101,15 @@ def _header(meta: dict) -> list[str]:
         lines.append(f"construction of task {meta['construction']}")
     runs = meta.get("reference_runs", {})
     if runs:
-        parts = [f"{name} {r['forward_s']:.2f} s" + (f" (peak +{r['peak_mib']:.0f} MiB)" if r.get("peak_mib") else "")
-                 for name, r in runs.items()]
-        lines.append("the same forward passes under Hugging Face's own attention: " + ", ".join(parts) +
-                     "; fwd_s is each row's (graph attention, accounting excluded), fwd_x_sdpa its ratio to SDPA")
+        parts = [
+            f"{name} {r['forward_s']:.2f} s" + (f" (peak +{r['peak_mib']:.0f} MiB)" if r.get("peak_mib") else "")
+            for name, r in runs.items()
+        ]
+        lines.append(
+            "the same forward passes under Hugging Face's own attention: "
+            + ", ".join(parts)
+            + "; fwd_s is each row's (graph attention, accounting excluded), fwd_x_sdpa its ratio to SDPA"
+        )
     return lines
 
 
@@ -120,28 +145,39 @@ def format_table(results: list[dict]) -> str:
         out.insert(at, f"d{m} [95% CI]", [_with_ci(r, m) for r in results])
     if lead is not None:  # the headline first, then the other task metrics
         order = [c for c in out.columns if c in ("pattern", "realisable", "density")]
-        block = list(out.columns[out.columns.get_loc(lead):out.columns.get_loc("changed") + 1])
+        block = list(out.columns[out.columns.get_loc(lead) : out.columns.get_loc("changed") + 1])
         out = out[order + block + [c for c in out.columns if c not in order + block]]
     out["realisable"] = out["realisable"].map({True: "yes", False: "no"}).fillna("n/a")
     fmt = {c: "{:.4f}".format for c in ("density", "mass", "mass_tf", "cos_mean", "spearman", "top1")}
     fmt.update({m: "{:.3f}".format for m in (*TASK_METRICS, "nll")})
-    fmt.update(out_err="{:.3g}".format, attn_gflop="{:.3f}".format, attn_s="{:.2f}".format, fwd_s="{:.2f}".format,
-               fwd_x_sdpa="{:.2f}x".format, peak_mib="{:.0f}".format)
-    text = out.to_string(index=False, na_rep="", formatters={k: _skip_nan(v) for k, v in fmt.items()
-                                                             if k in out.columns})
+    fmt.update(
+        out_err="{:.3g}".format,
+        attn_gflop="{:.3f}".format,
+        attn_s="{:.2f}".format,
+        fwd_s="{:.2f}".format,
+        fwd_x_sdpa="{:.2f}x".format,
+        peak_mib="{:.0f}".format,
+    )
+    text = out.to_string(
+        index=False, na_rep="", formatters={k: _skip_nan(v) for k, v in fmt.items() if k in out.columns}
+    )
     notes = [f"  {r['pattern']}: {r['cost_note']}" for r in results if r.get("cost_note")]
     text = "\n".join(_header(getattr(results, "meta", {})) + [text])
-    return text + ("\nnotes (attn_gflop of rows that need dense scores includes those scores; p: paired sign-flip, "
-                   "p_holm: Holm-Bonferroni across the rows; changed: queries whose score moved):\n" +
-                   "\n".join(notes) if notes else "")
+    return text + (
+        "\nnotes (attn_gflop of rows that need dense scores includes those scores; p: paired sign-flip, "
+        "p_holm: Holm-Bonferroni across the rows; changed: queries whose score moved):\n" + "\n".join(notes)
+        if notes
+        else ""
+    )
 
 
 def _skip_nan(fmt):
     return lambda v: "" if _missing(v) else fmt(v)
 
 
-def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figure=None,
-                  tables: bool = False) -> dict[str, str]:
+def write_outputs(
+    results: list[dict], out_dir, meta: dict, json_path=None, figure=None, tables: bool = False
+) -> dict[str, str]:
     """Write ``prune.csv``, ``prune.json``, ``prune.png`` and the per-row tables into ``out_dir``, all or none.
 
     Parameters
@@ -199,8 +235,10 @@ def write_outputs(results: list[dict], out_dir, meta: dict, json_path=None, figu
     stale = [paths.pop(key) for key, want in wanted.items() if not want]
     if json_path is not None:
         paths["json_copy"] = os.fspath(json_path)
-    clean = [{k: (v if not (isinstance(v, float) and not math.isfinite(v)) else str(v)) for k, v in r.items()}
-             for r in results]  # JSON has no inf
+    clean = [
+        {k: (v if not (isinstance(v, float) and not math.isfinite(v)) else str(v)) for k, v in r.items()}
+        for r in results
+    ]  # JSON has no inf
     text = json.dumps({"meta": meta, "rows": clean}, indent=2) + "\n"
     staged: dict[str, str] = {}
     try:
@@ -253,8 +291,9 @@ def _write_texts(key: str, tmp: str, task) -> None:
             f.writelines(f"q{q} 0 d{d} 1\n" for q, docs in enumerate(task.relevant) for d in docs)
         else:
             prefix, texts = ("q", task.queries) if key == "query_texts" else ("d", task.documents)
-            f.writelines(json.dumps({"id": f"{prefix}{n}", "text": t}, ensure_ascii=False) + "\n"
-                         for n, t in enumerate(texts))
+            f.writelines(
+                json.dumps({"id": f"{prefix}{n}", "text": t}, ensure_ascii=False) + "\n" for n, t in enumerate(texts)
+            )
 
 
 def _write(key: str, tmp: str, results: list[dict], text: str, meta: dict, figure) -> None:
@@ -272,8 +311,11 @@ def _write(key: str, tmp: str, results: list[dict], text: str, meta: dict, figur
         task = getattr(results, "task", None)
         if task is not None:  # the relevance labels beside the embeddings: (query, document) pairs
             pairs = [(q, d) for q, docs in enumerate(task.relevant) for d in docs]
-            labels = {"qrels": np.array(pairs, dtype=np.int64).reshape(-1, 2),
-                      "num_queries": np.array(len(task.queries)), "num_documents": np.array(len(task.documents))}
+            labels = {
+                "qrels": np.array(pairs, dtype=np.int64).reshape(-1, 2),
+                "num_queries": np.array(len(task.queries)),
+                "num_documents": np.array(len(task.documents)),
+            }
         with open(tmp, "wb") as f:
             np.savez_compressed(f, **results.embeddings, **labels)
     elif key == "png":

@@ -99,16 +99,36 @@ def _rows(specs: list[Spec]) -> list[tuple[Spec, Spec | None]]:
             continue
         rows.append((s, None))
         if not s.data_dependent:
-            oracle = Spec.budgeted(f"oracle({s.text})", f"oracle({s.name})", "oracle top-k",
-                                   lambda w, valid, s=s: s.keep(w, valid).sum(-1), layers=s.layers, heads=s.heads)
+            oracle = Spec.budgeted(
+                f"oracle({s.text})",
+                f"oracle({s.name})",
+                "oracle top-k",
+                lambda w, valid, s=s: s.keep(w, valid).sum(-1),
+                layers=s.layers,
+                heads=s.heads,
+            )
             rows.append((oracle, s))
     return rows
 
 
-def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task | None = None, model=None,
-                   tokenizer=None, max_length: int = 128, batch_size: int = 16, oracle: bool = True,
-                   progress: bool = True, pooling: str = "mean", seed: int = 0, resamples: int = 2000,
-                   keep_embeddings: bool = False, seeds: int = 3, baselines: bool = True) -> Results:
+def run_experiment(
+    specs,
+    passages: list[str] | None = None,
+    *,
+    task: tasks.Task | None = None,
+    model=None,
+    tokenizer=None,
+    max_length: int = 128,
+    batch_size: int = 16,
+    oracle: bool = True,
+    progress: bool = True,
+    pooling: str = "mean",
+    seed: int = 0,
+    resamples: int = 2000,
+    keep_embeddings: bool = False,
+    seeds: int = 3,
+    baselines: bool = True,
+) -> Results:
     """Run dense and every pattern over a task's queries and documents; one result dict per row.
 
     Parameters
@@ -175,8 +195,11 @@ def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task
         documents = tasks.corpus.clean_passages(cut, 1)[0]
         task = tasks.Task("none", [], documents, [], {}, f"none: {len(documents)} documents; fidelity only")
     else:  # the texts the model sees: cut before tokenizing, so the files written hold exactly them
-        task = dataclasses.replace(task, queries=tasks.corpus.cut(task.queries, max_length),
-                                   documents=tasks.corpus.cut(task.documents, max_length))
+        task = dataclasses.replace(
+            task,
+            queries=tasks.corpus.cut(task.queries, max_length),
+            documents=tasks.corpus.cut(task.documents, max_length),
+        )
     if len(task.documents) < 3:
         raise ValueError(f"Expected at least 3 passages (got {len(task.documents)})")
     check_int("batch_size", batch_size, low=1)
@@ -199,14 +222,16 @@ def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task
 
     with models.attention_implementation(model, "eager"):  # warm-up, untimed: first calls pay for lazy setup
         models.encode(model, tokenizer, texts[:batch_size], max_length, batch_size, pooling)
-    *reference, eager_s, eager_mib = costs.timed_encode(model, tokenizer, texts, max_length, batch_size, pooling,
-                                                        "eager", bar.update)
+    *reference, eager_s, eager_mib = costs.timed_encode(
+        model, tokenizer, texts, max_length, batch_size, pooling, "eager", bar.update
+    )
     results = Results(meta=_meta(task, tokenizer, texts, max_length, pooling, seed, resamples, model), task=task)
     results.meta["reference_runs"] = {"eager": {"forward_s": eager_s, "peak_mib": eager_mib}}
     if baselines:
         bar.set_description("sdpa (timed)")
-        *_, sdpa_s, sdpa_mib = costs.timed_encode(model, tokenizer, texts, max_length, batch_size, pooling, "sdpa",
-                                                  bar.update)
+        *_, sdpa_s, sdpa_mib = costs.timed_encode(
+            model, tokenizer, texts, max_length, batch_size, pooling, "sdpa", bar.update
+        )
         results.meta["reference_runs"]["sdpa"] = {"forward_s": sdpa_s, "peak_mib": sdpa_mib}
     forced, tf = [spec for spec, _ in rows[1:]], []
     with models.attention_implementation(model, models.IMPLEMENTATION), masks.keep_graphs(2 * batches):
@@ -244,22 +269,46 @@ def run_experiment(specs, passages: list[str] | None = None, *, task: tasks.Task
 
 
 def _meta(task, tokenizer, texts, max_length, pooling, seed, resamples, model) -> dict:
-    lengths = [len(ids) for ids in tokenizer(task.documents, truncation=True, max_length=max_length,
-                                             verbose=False)["input_ids"]]
+    lengths = [
+        len(ids)
+        for ids in tokenizer(task.documents, truncation=True, max_length=max_length, verbose=False)["input_ids"]
+    ]
     digest = hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()[:16]
-    return {"task": task.name, "construction": task.construction, "queries": len(task.queries),
-            "documents": len(task.documents), "dropped": dict(task.dropped), "corpus_sha256_16": digest,
-            "max_length": max_length, "doc_tokens_mean": sum(lengths) / len(lengths), "doc_tokens_max": max(lengths),
-            "pooling": pooling, "bootstrap_seed": seed, "bootstrap_resamples": resamples,
-            "causal": models.is_causal(model), "model_class": type(model).__name__}
+    return {
+        "task": task.name,
+        "construction": task.construction,
+        "queries": len(task.queries),
+        "documents": len(task.documents),
+        "dropped": dict(task.dropped),
+        "corpus_sha256_16": digest,
+        "max_length": max_length,
+        "doc_tokens_mean": sum(lengths) / len(lengths),
+        "doc_tokens_max": max(lengths),
+        "pooling": pooling,
+        "bootstrap_seed": seed,
+        "bootstrap_resamples": resamples,
+        "causal": models.is_causal(model),
+        "model_class": type(model).__name__,
+    }
 
 
 def _row(spec: Spec, budget_of: Spec | None, run: LayerRun, wall: float, peak_mib) -> dict:
-    row = {"pattern": spec.name, "family": spec.family, "spec": spec.text,
-           "budget_of": budget_of.name if budget_of is not None else "", "realisable": not spec.data_dependent}
+    row = {
+        "pattern": spec.name,
+        "family": spec.family,
+        "spec": spec.text,
+        "budget_of": budget_of.name if budget_of is not None else "",
+        "realisable": not spec.data_dependent,
+    }
     row.update(run.summary())
-    row.update(attn_gflop=(run.flops + run.select_flops) / 1e9, select_gflop=run.select_flops / 1e9,
-               attn_s=run.attn_s, fwd_s=wall - run.observe_s, wall_s=wall, peak_mib=peak_mib)
+    row.update(
+        attn_gflop=(run.flops + run.select_flops) / 1e9,
+        select_gflop=run.select_flops / 1e9,
+        attn_s=run.attn_s,
+        fwd_s=wall - run.observe_s,
+        wall_s=wall,
+        peak_mib=peak_mib,
+    )
     return row
 
 

@@ -57,8 +57,9 @@ def score(results, task, current, reference, seed: int, resamples: int) -> None:
     for name, values in scores.items():
         row[name] = float(values.mean())
         paired(row, name, ref_scores[name], values, seed, resamples)
-    results.per_query += [{"pattern": row["pattern"], "query": q, **{m: float(v[q]) for m, v in scores.items()}}
-                          for q in range(nq)]
+    results.per_query += [
+        {"pattern": row["pattern"], "query": q, **{m: float(v[q]) for m, v in scores.items()}} for q in range(nq)
+    ]
 
 
 def over_seeds(results, task, again: list, reference) -> None:
@@ -76,8 +77,9 @@ def over_seeds(results, task, again: list, reference) -> None:
         elif metric == "MRR":
             scores = tasks.evaluate(task, emb[:nq], emb[nq:])
             values.append(float(scores["MRR"].mean()))
-            results.per_query += [{"pattern": name, "query": q, **{m: float(v[q]) for m, v in scores.items()}}
-                                  for q in range(nq)]
+            results.per_query += [
+                {"pattern": name, "query": q, **{m: float(v[q]) for m, v in scores.items()}} for q in range(nq)
+            ]
         else:
             values.append(float(metrics.cosine_similarity(emb[nq:], reference[0][nq:]).mean()))
     if again:
@@ -99,13 +101,19 @@ def bm25_row(results, task, seed: int, resamples: int) -> None:
     (not counted in the Holm family: it is not a pruning).
     """
     scores = tasks.bm25(task)
-    dense = {m: np.array([q[m] for q in results.per_query if q["pattern"] == results[0]["pattern"]])
-             for m in scores}
-    row = {"pattern": "bm25", "family": "lexical baseline", "spec": "bm25s defaults", "budget_of": "",
-           "realisable": None, "cost_note": "lexical baseline (bm25s), no model"}
+    dense = {m: np.array([q[m] for q in results.per_query if q["pattern"] == results[0]["pattern"]]) for m in scores}
+    row = {
+        "pattern": "bm25",
+        "family": "lexical baseline",
+        "spec": "bm25s defaults",
+        "budget_of": "",
+        "realisable": None,
+        "cost_note": "lexical baseline (bm25s), no model",
+    }
     for name, values in scores.items():
         row[name] = float(values.mean())
         paired(row, name, dense[name], values, seed, resamples)
     results.append(row)
-    results.per_query += [{"pattern": "bm25", "query": q, **{m: float(v[q]) for m, v in scores.items()}}
-                          for q in range(len(task.queries))]
+    results.per_query += [
+        {"pattern": "bm25", "query": q, **{m: float(v[q]) for m, v in scores.items()}} for q in range(len(task.queries))
+    ]

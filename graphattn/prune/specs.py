@@ -19,9 +19,19 @@ from graphattn.patterns import spec as spec_text
 from graphattn.prune.keep import Spec, dense_weights, threshold_keep
 from graphattn.validate import check_int
 
-__all__ = ["Spec", "Span", "parse_spec", "check_spec", "as_spec", "dense_weights", "SPEC_HELP", "DEFAULT_PATTERNS",
-           "threshold_keep",
-           "reseed", "SEEDED"]
+__all__ = [
+    "Spec",
+    "Span",
+    "parse_spec",
+    "check_spec",
+    "as_spec",
+    "dense_weights",
+    "SPEC_HELP",
+    "DEFAULT_PATTERNS",
+    "threshold_keep",
+    "reseed",
+    "SEEDED",
+]
 
 DEFAULT_PATTERNS = ["window:8", "longformer:window=16,global=0", "bigbird:block=8,random=1", "topk:4", "topk:16"]
 
@@ -75,6 +85,8 @@ def _roles(text: str) -> list[int]:
 
 
 ROLES = spec_text.Kind(_roles, f"indices or roles like 0, 0+5, cls, sep, cls+sep, first4 (firstN: N <= {MAX_FIRST})")
+
+
 def _per(text: str) -> str:
     if text.lower() not in ("model", "head"):
         raise ValueError(text)
@@ -84,12 +96,14 @@ def _per(text: str) -> str:
 PER = spec_text.Kind(_per, "model or head")
 
 # the fixed families of graphattn.patterns.from_spec; global tokens by role; data-dependent rules
-_FAMILIES = {**spec_text.FAMILIES,
-             "longformer": (("window", spec_text.INT), ("global", ROLES)),
-             "random": (("k", spec_text.INT), ("seed", spec_text.INT), ("per", PER)),
-             "global": (("indices", ROLES),),
-             "topk": (("k", spec_text.INT),),
-             "threshold": (("tau", spec_text.FLOAT),)}
+_FAMILIES = {
+    **spec_text.FAMILIES,
+    "longformer": (("window", spec_text.INT), ("global", ROLES)),
+    "random": (("k", spec_text.INT), ("seed", spec_text.INT), ("per", PER)),
+    "global": (("indices", ROLES),),
+    "topk": (("k", spec_text.INT),),
+    "threshold": (("tau", spec_text.FLOAT),),
+}
 
 
 def _global(indices: list[int]):
@@ -109,6 +123,7 @@ def _per_head(k: int, seed: int):
 
     The draw of (layer, head) is ``patterns.random(k, seed * 1_000_003 + 1009 * layer + head)``.
     """
+
     def draw(n: int, layer: int, head: int) -> Tensor:
         return patterns.random(k, seed=seed * 1_000_003 + 1009 * layer + head).mask(n)  # (n, n)
 
@@ -117,8 +132,10 @@ def _per_head(k: int, seed: int):
 
 def _bad(text: str, why: str) -> ValueError:
     """The one spec error: one line naming the spec and the families, then where the examples are."""
-    return ValueError(f"Expected a pattern spec family[:args], family one of {', '.join(_FAMILIES)} "
-                      f"(got {text!r}: {why}); 'graphattn prune --help' lists the valid specs with examples")
+    return ValueError(
+        f"Expected a pattern spec family[:args], family one of {', '.join(_FAMILIES)} "
+        f"(got {text!r}: {why}); 'graphattn prune --help' lists the valid specs with examples"
+    )
 
 
 def _role_names(indices: list[int]) -> str:

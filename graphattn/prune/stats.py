@@ -62,11 +62,11 @@ def sign_flip_test(reference, other, seed: int = 0, resamples: int = 10_000) -> 
         return 1.0, 0
     observed = abs(diff.sum()) * (1 - 1e-12)  # a relative tolerance: sums of the same values in another order
     if m <= EXACT_MAX:
-        codes = np.arange(2 ** m)[:, None] >> np.arange(m) & 1  # (2^m, m): every sign pattern, bit k = query k
+        codes = np.arange(2**m)[:, None] >> np.arange(m) & 1  # (2^m, m): every sign pattern, bit k = query k
         sums = np.abs((1 - 2 * codes) @ diff)  # (2^m, m) · (m,) -> (2^m,)
         return float((sums >= observed).mean()), m
     rng = np.random.default_rng(seed)
-    hits, done, chunk = 0, 0, max(1, 2 ** 22 // m)  # about 32 MB of signs at a time
+    hits, done, chunk = 0, 0, max(1, 2**22 // m)  # about 32 MB of signs at a time
     while done < resamples:
         n = min(chunk, resamples - done)
         signs = rng.integers(0, 2, size=(n, m)) * 2 - 1  # (n, m)

@@ -31,8 +31,18 @@ import numpy as np
 
 from graphattn.prune import corpus
 
-__all__ = ["Task", "TASKS", "METRICS", "title_retrieval", "first_sentence", "make_task", "evaluate",
-           "evaluate_scores", "bm25", "paired_ci"]
+__all__ = [
+    "Task",
+    "TASKS",
+    "METRICS",
+    "title_retrieval",
+    "first_sentence",
+    "make_task",
+    "evaluate",
+    "evaluate_scores",
+    "bm25",
+    "paired_ci",
+]
 
 TASKS = ("first-sentence", "title-retrieval", "title-nonfirst", "none")
 METRICS = {"R@1": "hit_rate@1", "MRR": "mrr", "nDCG@10": "ndcg@10"}  # column -> ranx metric
@@ -69,8 +79,9 @@ class Task:
         return {f"q{q}": {f"d{d}": 1 for d in docs} for q, docs in enumerate(self.relevant)}
 
 
-def title_retrieval(tokenizer, max_length: int = 128, docs_per_topic: int | None = 1,
-                    limit: int | None = None, nonfirst: bool = False) -> Task:
+def title_retrieval(
+    tokenizer, max_length: int = 128, docs_per_topic: int | None = 1, limit: int | None = None, nonfirst: bool = False
+) -> Task:
     """Topic titles as queries, each topic's chunks as its relevant documents.
 
     Parameters
@@ -99,8 +110,9 @@ def title_retrieval(tokenizer, max_length: int = 128, docs_per_topic: int | None
     for topic in chosen:
         docs = []
         pool = chunks[topic][1:] if nonfirst else chunks[topic]
-        picked = [pool[len(pool) // 2]] if nonfirst and docs_per_topic == 1 else corpus.select_evenly(pool,
-                                                                                                        docs_per_topic)
+        picked = (
+            [pool[len(pool) // 2]] if nonfirst and docs_per_topic == 1 else corpus.select_evenly(pool, docs_per_topic)
+        )
         for text in picked:
             if text in index:
                 dropped["duplicates"] += 1
@@ -112,16 +124,23 @@ def title_retrieval(tokenizer, max_length: int = 128, docs_per_topic: int | None
             queries.append(topics[topic].strip().split("\n")[0].strip())
             relevant.append(docs)
     verbatim = sum(any(q.lower() in documents[d].lower() for d in docs) for q, docs in zip(queries, relevant))
-    which = ("the middle chunk after the first (not the defining paragraph)" if nonfirst else
-             "the first chunk (the topic's defining paragraph)" if docs_per_topic == 1 else
-             f"{docs_per_topic or 'all'} chunks evenly spaced")
-    construction = (f"{'title-nonfirst' if nonfirst else 'title-retrieval'}: {len(queries)} queries, each a topic "
-                    f"title of the Python reference (pydoc_data.topics, its heading line); relevant: {which} of "
-                    f"<= {max_length} tokens; candidates: the {len(documents)} chosen chunks of all topics; "
-                    f"the title occurs verbatim (case-insensitive) in a relevant document for {verbatim} of "
-                    f"{len(queries)} queries")
-    return Task("title-nonfirst" if nonfirst else "title-retrieval", queries, documents, relevant, dropped,
-                construction)
+    which = (
+        "the middle chunk after the first (not the defining paragraph)"
+        if nonfirst
+        else "the first chunk (the topic's defining paragraph)"
+        if docs_per_topic == 1
+        else f"{docs_per_topic or 'all'} chunks evenly spaced"
+    )
+    construction = (
+        f"{'title-nonfirst' if nonfirst else 'title-retrieval'}: {len(queries)} queries, each a topic "
+        f"title of the Python reference (pydoc_data.topics, its heading line); relevant: {which} of "
+        f"<= {max_length} tokens; candidates: the {len(documents)} chosen chunks of all topics; "
+        f"the title occurs verbatim (case-insensitive) in a relevant document for {verbatim} of "
+        f"{len(queries)} queries"
+    )
+    return Task(
+        "title-nonfirst" if nonfirst else "title-retrieval", queries, documents, relevant, dropped, construction
+    )
 
 
 def first_sentence(passages: list[str], limit: int | None = None) -> Task:
@@ -145,16 +164,30 @@ def first_sentence(passages: list[str], limit: int | None = None) -> Task:
             pairs.append((head, rest))
     usable = len(pairs)
     pairs = corpus.select_evenly(pairs, limit)
-    construction = (f"first-sentence: {len(pairs)} passages, evenly spaced over the {usable} usable ones (of "
-                    f"{len(passages)} given), each split after its first sentence; the first sentence is the "
-                    f"query, the rest of the same passage (the query sentence removed) its one relevant document "
-                    f"among the {len(pairs)} rests")
-    return Task("first-sentence", [q for q, _ in pairs], [d for _, d in pairs], [[i] for i in range(len(pairs))],
-                dropped, construction)
+    construction = (
+        f"first-sentence: {len(pairs)} passages, evenly spaced over the {usable} usable ones (of "
+        f"{len(passages)} given), each split after its first sentence; the first sentence is the "
+        f"query, the rest of the same passage (the query sentence removed) its one relevant document "
+        f"among the {len(pairs)} rests"
+    )
+    return Task(
+        "first-sentence",
+        [q for q, _ in pairs],
+        [d for _, d in pairs],
+        [[i] for i in range(len(pairs))],
+        dropped,
+        construction,
+    )
 
 
-def make_task(name: str, tokenizer, max_length: int = 128, limit: int | None = None,
-              passages: list[str] | None = None, docs_per_topic: int | None = 1) -> Task:
+def make_task(
+    name: str,
+    tokenizer,
+    max_length: int = 128,
+    limit: int | None = None,
+    passages: list[str] | None = None,
+    docs_per_topic: int | None = 1,
+) -> Task:
     """The task ``name`` (:data:`TASKS`) on the pydoc corpus, or on ``passages`` when given.
 
     ``limit`` counts queries (topics for ``title-retrieval``); for ``none``, documents.
@@ -168,8 +201,10 @@ def make_task(name: str, tokenizer, max_length: int = 128, limit: int | None = N
         raise ValueError(f"Expected 'task' to be one of {', '.join(TASKS)} (got {name!r})")
     if name.startswith("title"):
         if passages is not None:
-            raise ValueError(f"Expected 'task' to be first-sentence or none with your own passages "
-                             f"(got {name}, which needs the pydoc topics' titles)")
+            raise ValueError(
+                f"Expected 'task' to be first-sentence or none with your own passages "
+                f"(got {name}, which needs the pydoc topics' titles)"
+            )
         task = title_retrieval(tokenizer, max_length, docs_per_topic, limit, nonfirst=name == "title-nonfirst")
     else:
         if passages is None:
@@ -179,8 +214,14 @@ def make_task(name: str, tokenizer, max_length: int = 128, limit: int | None = N
         else:
             documents, dropped = corpus.clean_passages(passages, 1)
             documents = corpus.select_evenly(documents, limit)
-            task = Task("none", [], documents, [], dropped,
-                        f"none: {len(documents)} documents, no queries; fidelity to dense attention only")
+            task = Task(
+                "none",
+                [],
+                documents,
+                [],
+                dropped,
+                f"none: {len(documents)} documents, no queries; fidelity to dense attention only",
+            )
     if len(task.documents) < 3:
         raise ValueError(f"Expected at least 3 documents for task {name!r} (got {len(task.documents)})")
     return task
@@ -234,8 +275,9 @@ def bm25(task: Task) -> dict[str, np.ndarray]:
     return evaluate_scores(task, sims)
 
 
-def paired_ci(reference: np.ndarray, other: np.ndarray, seed: int = 0, resamples: int = 2000,
-              level: float = 0.95) -> tuple[float, float, float]:
+def paired_ci(
+    reference: np.ndarray, other: np.ndarray, seed: int = 0, resamples: int = 2000, level: float = 0.95
+) -> tuple[float, float, float]:
     """Mean of ``other - reference`` over paired items and its bootstrap confidence interval.
 
     ``scipy.stats.bootstrap`` with ``paired=True`` (the items, e.g. queries,
@@ -253,7 +295,14 @@ def paired_ci(reference: np.ndarray, other: np.ndarray, seed: int = 0, resamples
     mean = float(diff.mean()) if diff.size else float("nan")
     if diff.size < 2 or np.all(diff == diff[0]):
         return mean, mean, mean
-    res = bootstrap((reference, other), lambda a, b, axis=-1: (b - a).mean(axis=axis), paired=True,
-                    vectorized=True, n_resamples=resamples, confidence_level=level, method="percentile",
-                    rng=np.random.default_rng(seed))
+    res = bootstrap(
+        (reference, other),
+        lambda a, b, axis=-1: (b - a).mean(axis=axis),
+        paired=True,
+        vectorized=True,
+        n_resamples=resamples,
+        confidence_level=level,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     return mean, float(res.confidence_interval.low), float(res.confidence_interval.high)

@@ -18,5 +18,16 @@ from graphattn.viz.heatmaps import attention_heatmap, head_grid, pattern_mask
 from graphattn.viz.interactive import bertviz_attention, bertviz_view
 from graphattn.viz.pareto import pareto
 
-__all__ = ["attention_heatmap", "head_grid", "pattern_mask", "attention_graph", "encoder_decoder", "multihead",
-           "pareto", "bertviz_attention", "bertviz_view", "QUERY_LABEL", "KEY_LABEL"]
+__all__ = [
+    "attention_heatmap",
+    "head_grid",
+    "pattern_mask",
+    "attention_graph",
+    "encoder_decoder",
+    "multihead",
+    "pareto",
+    "bertviz_attention",
+    "bertviz_view",
+    "QUERY_LABEL",
+    "KEY_LABEL",
+]

@@ -78,6 +78,15 @@ def write_values(ax, data: np.ndarray, image, fmt: str = ".2f", fontsize: float 
             continue
         r, g, b, _ = cmap(norm(value))
         light = 0.299 * r + 0.587 * g + 0.114 * b > 0.5
-        texts.append(ax.text(j, i, format(value, fmt), ha="center", va="center", fontsize=fontsize,
-                             color="black" if light else "white"))
+        texts.append(
+            ax.text(
+                j,
+                i,
+                format(value, fmt),
+                ha="center",
+                va="center",
+                fontsize=fontsize,
+                color="black" if light else "white",
+            )
+        )
     return texts

@@ -30,8 +30,9 @@ def _edge_alpha(ei: np.ndarray, alpha, head: int | None) -> np.ndarray:
     if a.ndim == 2:
         a = a.mean(axis=1) if head is None else a[:, head]
     if a.ndim != 1 or a.shape[0] != ei.shape[1]:
-        raise ValueError(f"Expected 'alpha' to have shape (E,) or (E, H) with E = {ei.shape[1]} "
-                         f"(got {tuple(np.shape(alpha))})")
+        raise ValueError(
+            f"Expected 'alpha' to have shape (E,) or (E, H) with E = {ei.shape[1]} (got {tuple(np.shape(alpha))})"
+        )
     return a
 
 
@@ -64,8 +65,13 @@ def _check_graph_args(edge_index, alpha, tokens, head, num_nodes, max_width, min
     check_edge_index(torch.as_tensor(ei.astype(np.int64)) if ei.ndim else torch.as_tensor(ei), *sizes)
     a = as_numpy(alpha, "alpha")
     if a.dtype.kind not in "fiu" or not np.isfinite(a).all() or (a < 0).any():
-        raise ValueError(message("alpha", "finite non-negative weights", "a NaN, inf or negative entry"
-                                 if a.dtype.kind in "fiu" else str(a.dtype)))
+        raise ValueError(
+            message(
+                "alpha",
+                "finite non-negative weights",
+                "a NaN, inf or negative entry" if a.dtype.kind in "fiu" else str(a.dtype),
+            )
+        )
     if head is not None and a.ndim == 2:
         if as_int(head) is None:
             raise TypeError(message("head", "an int", repr(head)))
@@ -156,8 +162,9 @@ def attention_graph(
     widths = (max_width * a[keep] / top).tolist()
 
     ax = get_ax(ax)
-    collection = nx.draw_networkx_edges(graph, pos, edgelist=edgelist, width=widths, ax=ax,
-                                        arrows=False, edge_color="tab:blue", alpha=0.7)
+    collection = nx.draw_networkx_edges(
+        graph, pos, edgelist=edgelist, width=widths, ax=ax, arrows=False, edge_color="tab:blue", alpha=0.7
+    )
     nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=30, node_color="0.3")
     for j in range(num_src):
         ax.text(-0.06, -j, labels[j], ha="right", va="center", fontsize=fontsize)
@@ -219,15 +226,20 @@ def encoder_decoder(
             raise ValueError(f"Expected '{name}' to be a positive int (got {n!r})")
     src = check_labels(src_tokens, num_src, "src_tokens") or [f"e{j}" for j in range(num_src)]
     tgt = check_labels(tgt_tokens, num_tgt, "tgt_tokens") or [f"d{i}" for i in range(num_tgt)]
-    graphs = {"encoder": mask_to_edge_index(torch.ones(num_src, num_src, dtype=torch.bool)),
-              "decoder": mask_to_edge_index(torch.tril(torch.ones(num_tgt, num_tgt, dtype=torch.bool))),
-              "cross": mask_to_edge_index(torch.ones(num_tgt, num_src, dtype=torch.bool))}
+    graphs = {
+        "encoder": mask_to_edge_index(torch.ones(num_src, num_src, dtype=torch.bool)),
+        "decoder": mask_to_edge_index(torch.tril(torch.ones(num_tgt, num_tgt, dtype=torch.bool))),
+        "cross": mask_to_edge_index(torch.ones(num_tgt, num_src, dtype=torch.bool)),
+    }
     offset = (num_src - num_tgt) / 2
     pos = {("e", j): (float(j), 0.0) for j in range(num_src)}
     pos.update({("d", i): (i + offset, 3.0) for i in range(num_tgt)})
     ends = {"encoder": ("e", "e"), "decoder": ("d", "d"), "cross": ("e", "d")}
-    style = {"encoder": ("tab:blue", "arc3,rad=-0.5"), "decoder": ("tab:orange", "arc3,rad=-0.5"),
-             "cross": ("tab:green", "arc3,rad=0.0")}
+    style = {
+        "encoder": ("tab:blue", "arc3,rad=-0.5"),
+        "decoder": ("tab:orange", "arc3,rad=-0.5"),
+        "cross": ("tab:green", "arc3,rad=0.0"),
+    }
     ax = get_ax(ax)
     graph = nx.MultiDiGraph()
     graph.add_nodes_from(pos)
@@ -236,19 +248,41 @@ def encoder_decoder(
         a, b = ends[kind]
         edgelist = [((a, j), (b, i)) for j, i in ei.T.tolist()]
         color, connection = style[kind]
-        artists[kind] = nx.draw_networkx_edges(graph, pos, edgelist=edgelist, ax=ax, edge_color=color,
-                                               arrows=True, arrowsize=8, connectionstyle=connection,
-                                               node_size=500, alpha=0.6)
+        artists[kind] = nx.draw_networkx_edges(
+            graph,
+            pos,
+            edgelist=edgelist,
+            ax=ax,
+            edge_color=color,
+            arrows=True,
+            arrowsize=8,
+            connectionstyle=connection,
+            node_size=500,
+            alpha=0.6,
+        )
     nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=500, node_color="white", edgecolors="0.2")
-    nx.draw_networkx_labels(graph, pos, ax=ax, font_size=8,
-                            labels={**{("e", j): src[j] for j in range(num_src)},
-                                    **{("d", i): tgt[i] for i in range(num_tgt)}})
+    nx.draw_networkx_labels(
+        graph,
+        pos,
+        ax=ax,
+        font_size=8,
+        labels={**{("e", j): src[j] for j in range(num_src)}, **{("d", i): tgt[i] for i in range(num_tgt)}},
+    )
     counts = {kind: ei.size(1) for kind, ei in graphs.items()}
-    handles = [Line2D([], [], color=style[k][0], label=text) for k, text in (
-        ("encoder", f"encoder self-attention: complete graph, {counts['encoder']} edges "
-                    f"({num_src} self-loops not drawn)"),
-        ("decoder", f"decoder self-attention: causal DAG, {counts['decoder']} edges ({num_tgt} self-loops not drawn)"),
-        ("cross", f"cross-attention: bipartite, encoder -> decoder, {counts['cross']} edges"))]
+    handles = [
+        Line2D([], [], color=style[k][0], label=text)
+        for k, text in (
+            (
+                "encoder",
+                f"encoder self-attention: complete graph, {counts['encoder']} edges ({num_src} self-loops not drawn)",
+            ),
+            (
+                "decoder",
+                f"decoder self-attention: causal DAG, {counts['decoder']} edges ({num_tgt} self-loops not drawn)",
+            ),
+            ("cross", f"cross-attention: bipartite, encoder -> decoder, {counts['cross']} edges"),
+        )
+    ]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), fontsize=8, frameon=False)
     ax.text(-1.0, 0.0, "encoder\n(source tokens)", ha="right", va="center", fontsize=8)
     ax.text(min(-1.0, offset - 1.0), 3.0, "decoder\n(target tokens)", ha="right", va="center", fontsize=8)
@@ -258,8 +292,16 @@ def encoder_decoder(
     return {**artists, "edge_index": graphs}
 
 
-def multihead(edge_index, alpha, *, in_channels: int, out_channels: int, num_nodes: int | None = None,
-              tokens: Sequence[str] | None = None, fig=None) -> dict:
+def multihead(
+    edge_index,
+    alpha,
+    *,
+    in_channels: int,
+    out_channels: int,
+    num_nodes: int | None = None,
+    tokens: Sequence[str] | None = None,
+    fig=None,
+) -> dict:
     """Multi-head attention drawn as split -> H graphs -> concat -> W_O, every step with its shape.
 
     Parameters
@@ -302,19 +344,24 @@ def multihead(edge_index, alpha, *, in_channels: int, out_channels: int, num_nod
     fig = plt.figure(figsize=(2.6 * heads + 5, 3.6), layout="constrained") if fig is None else fig
     axes = fig.subplots(1, heads + 2, width_ratios=[1.3] + [1] * heads + [1.3])
     box = dict(boxstyle="round", facecolor="0.95", edgecolor="0.5")
-    split = (f"x  ({n}, {in_channels})\n\nQ, K, V = x W\n({n}, {heads}·{d})\n\nsplit into {heads} heads\n"
-             f"({n}, {heads}, {d})  ->")
-    concat = (f"->  concat\n({n}, {heads}·{d}) = ({n}, {out_channels})\n\nW_O  ({out_channels}, {out_channels})"
-              f"\n\ny  ({n}, {out_channels})")
-    boxes = [axes[0].text(0.5, 0.5, split, ha="center", va="center", fontsize=8, bbox=box),
-             axes[-1].text(0.5, 0.5, concat, ha="center", va="center", fontsize=8, bbox=box)]
+    split = (
+        f"x  ({n}, {in_channels})\n\nQ, K, V = x W\n({n}, {heads}·{d})\n\nsplit into {heads} heads\n"
+        f"({n}, {heads}, {d})  ->"
+    )
+    concat = (
+        f"->  concat\n({n}, {heads}·{d}) = ({n}, {out_channels})\n\nW_O  ({out_channels}, {out_channels})"
+        f"\n\ny  ({n}, {out_channels})"
+    )
+    boxes = [
+        axes[0].text(0.5, 0.5, split, ha="center", va="center", fontsize=8, bbox=box),
+        axes[-1].text(0.5, 0.5, concat, ha="center", va="center", fontsize=8, bbox=box),
+    ]
     axes[0].set_title("1) project, split", fontsize=9)
     axes[-1].set_title("3) concat, 4) W_O", fontsize=9)
     for ax in (axes[0], axes[-1]):
         ax.set_axis_off()
     graphs = []
     for h in range(heads):
-        graphs.append(attention_graph(edge_index, a[:, h], tokens, axes[h + 1], num_nodes=n, fontsize=7,
-                                      vmax=1.0))
+        graphs.append(attention_graph(edge_index, a[:, h], tokens, axes[h + 1], num_nodes=n, fontsize=7, vmax=1.0))
         axes[h + 1].set_title(f"2) head {h}: alpha[:, {h}]  ({e},)\ny_{h}  ({n}, {d})", fontsize=9)
     return {"graphs": graphs, "boxes": boxes}

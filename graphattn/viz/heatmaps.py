@@ -123,11 +123,20 @@ def attention_heatmap(
     ax = get_ax(ax)
     # masked (non-edge) cells transparent: the hatched grey patch below shows through
     colormap = _colormap(cmap).with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
-    image = ax.imshow(data, cmap=colormap, vmin=low, vmax=high, origin="upper", aspect="auto",
-                      interpolation="nearest")
+    image = ax.imshow(data, cmap=colormap, vmin=low, vmax=high, origin="upper", aspect="auto", interpolation="nearest")
     if np.ma.getmaskarray(data).any():
-        ax.add_patch(Rectangle((-0.5, -0.5), num_k, num_q, facecolor="0.85", edgecolor="0.6",
-                               hatch="///", linewidth=0, zorder=image.get_zorder() - 1))
+        ax.add_patch(
+            Rectangle(
+                (-0.5, -0.5),
+                num_k,
+                num_q,
+                facecolor="0.85",
+                edgecolor="0.6",
+                hatch="///",
+                linewidth=0,
+                zorder=image.get_zorder() - 1,
+            )
+        )
     ax.set_xlabel(KEY_LABEL)
     ax.set_ylabel(QUERY_LABEL)
     set_ticks(ax, "x", cols, num_k, max_labels)
@@ -154,8 +163,9 @@ def _colormap(cmap):
 
 def _grid_panel(ax, image_data, cmap, low, high, xlabels, ylabels, n_x, n_y):
     """One panel of :func:`head_grid`: the map with query 0 on top, ticks only where labelled."""
-    image = ax.imshow(image_data, cmap=cmap, vmin=low, vmax=high, origin="upper", aspect="auto",
-                      interpolation="nearest")
+    image = ax.imshow(
+        image_data, cmap=cmap, vmin=low, vmax=high, origin="upper", aspect="auto", interpolation="nearest"
+    )
     ax.set_xticks(range(n_x) if xlabels is not None else [])
     ax.set_yticks(range(n_y) if ylabels is not None else [])
     if xlabels is not None:
@@ -237,8 +247,17 @@ def head_grid(
         for layer in range(num_layers):
             for h in range(heads):
                 last, first = layer == num_layers - 1, h == 0
-                images[layer, h] = _grid_panel(axes[layer, h], w[layer, h], cmap, low, high,
-                                               cols if last else None, rows if first else None, num_k, num_q)
+                images[layer, h] = _grid_panel(
+                    axes[layer, h],
+                    w[layer, h],
+                    cmap,
+                    low,
+                    high,
+                    cols if last else None,
+                    rows if first else None,
+                    num_k,
+                    num_q,
+                )
                 if layer == 0:
                     axes[layer, h].set_title(f"head {h}", fontsize=8)
                 if first:
@@ -252,8 +271,17 @@ def head_grid(
         images = np.empty((num_layers,), dtype=object)
         name = f"'{rows[query]}'" if rows is not None else f"{query % num_q}"
         for layer in range(num_layers):
-            images[layer] = _grid_panel(axes[layer], w[layer, :, query, :], cmap, low, high, cols,
-                                        [str(h) for h in range(heads)] if layer == 0 else None, num_k, heads)
+            images[layer] = _grid_panel(
+                axes[layer],
+                w[layer, :, query, :],
+                cmap,
+                low,
+                high,
+                cols,
+                [str(h) for h in range(heads)] if layer == 0 else None,
+                num_k,
+                heads,
+            )
             axes[layer].set_title(f"layer {layer}", fontsize=8)
             axes[layer].set_xlabel(KEY_LABEL, fontsize=7)
         axes[0].set_ylabel("head", fontsize=7)
@@ -304,8 +332,9 @@ def pattern_mask(pattern, L: int | None = None, ax=None, *, S: int | None = None
     if m.dtype != bool:
         raise TypeError(f"Expected the mask to be boolean, True means may attend (got {m.dtype})")
     ax = get_ax(ax)
-    image = ax.imshow(m.astype(float), cmap="Greys", vmin=0.0, vmax=1.0, origin="upper",
-                      interpolation="nearest", aspect="equal")
+    image = ax.imshow(
+        m.astype(float), cmap="Greys", vmin=0.0, vmax=1.0, origin="upper", interpolation="nearest", aspect="equal"
+    )
     edges = int(m.sum())
     density = edges / m.size if m.size else 0.0
     ax.set_title(f"{name}: {edges} edges, density {density:.2f}", fontsize=9)
@@ -314,8 +343,11 @@ def pattern_mask(pattern, L: int | None = None, ax=None, *, S: int | None = None
     set_ticks(ax, "x", None, m.shape[1])
     set_ticks(ax, "y", None, m.shape[0])
     if legend:
-        handles = [Patch(facecolor="black", edgecolor="0.5", label="edge j -> i (may attend)"),
-                   Patch(facecolor="white", edgecolor="0.5", label="no edge")]
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False,
-                  handlelength=1.0)
+        handles = [
+            Patch(facecolor="black", edgecolor="0.5", label="edge j -> i (may attend)"),
+            Patch(facecolor="white", edgecolor="0.5", label="no edge"),
+        ]
+        ax.legend(
+            handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False, handlelength=1.0
+        )
     return image

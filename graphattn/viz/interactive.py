@@ -64,8 +64,9 @@ def bertviz_view(record, view: str = "head", **kwargs):
     try:
         import bertviz
     except ImportError as err:
-        raise ImportError("bertviz's views need the optional package bertviz; install it with: "
-                          "pip install bertviz") from err
+        raise ImportError(
+            "bertviz's views need the optional package bertviz; install it with: pip install bertviz"
+        ) from err
     data = bertviz_attention(record)
     draw = bertviz.head_view if view == "head" else bertviz.model_view
     return draw(attention=data["attention"], tokens=data["tokens"], html_action="return", **kwargs)

@@ -86,13 +86,19 @@ def pareto(
         idx = np.array([k for k, f in enumerate(fams) if f == name])
         idx = idx[np.argsort(xs[idx], kind="stable")]
         dense_first = name in set(needs_dense)
-        (line,) = ax.plot(xs[idx], ys[idx], marker="o", linestyle=":" if dense_first else "-",
-                          markerfacecolor="none" if dense_first else None,
-                          label=f"{name} (needs dense scores)" if dense_first else name)
+        (line,) = ax.plot(
+            xs[idx],
+            ys[idx],
+            marker="o",
+            linestyle=":" if dense_first else "-",
+            markerfacecolor="none" if dense_first else None,
+            label=f"{name} (needs dense scores)" if dense_first else name,
+        )
         lines.append(line)
     front = _pareto_front(xs, ys, higher_is_better)
-    (line,) = ax.plot(xs[front], ys[front], color="black", linestyle="--", drawstyle="steps-post",
-                      label="Pareto front", zorder=0)
+    (line,) = ax.plot(
+        xs[front], ys[front], color="black", linestyle="--", drawstyle="steps-post", label="Pareto front", zorder=0
+    )
     lines.append(line)
     ax.set_xlabel(f"{x} (lower is cheaper)")
     ax.set_ylabel(f"{y} ({'higher' if higher_is_better else 'lower'} is better)")
