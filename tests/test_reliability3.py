@@ -423,3 +423,26 @@ def test_prune_example_has_its_own_default_folder():
     spec.loader.exec_module(example)
     assert example.DEFAULT_OUT == "prune-my-text-out"  # graphattn prune writes prune-out/: never the same
     assert "default=DEFAULT_OUT" in path.read_text()
+
+
+@pytest.mark.parametrize("pattern", [ga.patterns.full(), ga.patterns.causal()], ids=["full", "causal"])
+def test_batched_attention_called_directly_skips_the_empty_graphs_of_gapped_ids(pattern):
+    """``ops.batched_attention`` (what ``GPSAttention`` calls) with ids 0, 0, 10**6 and graphs of mixed sizes
+    (so it groups by size): the million empty graphs join no padded call, and the result equals the same
+    nodes numbered without gaps, where every graph is the per-graph SDPA reference."""
+    torch.manual_seed(0)
+    sizes = [2, 1, 9, 3]
+    near = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))  # (N,)
+    far = torch.tensor([0, 10**5, 10**6, 10**6 + 7]).repeat_interleave(torch.tensor(sizes))  # (N,) gapped
+    q, k, v = (torch.randn(len(near), 2, 4, dtype=torch.float64) for _ in range(3))
+    out_far, _ = ga.ops.batched_attention(q, k, v, pattern, far)
+    out_near, _ = ga.ops.batched_attention(q, k, v, pattern, near)
+    assert_close(out_far, out_near)
+    start = 0
+    for n in sizes:  # per-graph SDPA, the independent reference
+        sl = slice(start, start + n)
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q[sl].transpose(0, 1), k[sl].transpose(0, 1), v[sl].transpose(0, 1), is_causal=pattern.name == "causal"
+        ).transpose(0, 1)
+        assert_close(out_far[sl], ref)
+        start += n

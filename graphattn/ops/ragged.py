@@ -170,8 +170,11 @@ def _calls(batch: Tensor, counts: Tensor) -> list[tuple[Tensor | None, Tensor, T
     if fits_one_padded_call(counts):
         return [(None, batch, counts)]
     group = torch.log2(counts.clamp(min=1).double()).ceil().long()  # (B,) size class of each graph
+    group = group.masked_fill(counts == 0, -1)  # empty graphs (gaps in the ids) join no call
     calls = []
     for g in torch.unique(group).tolist():
+        if g < 0:
+            continue
         members = group == g  # (B,)
         nodes = members[batch].nonzero().squeeze(1)  # (N_g,) their nodes, graph after graph
         renumber = members.long().cumsum(0) - 1  # (B,) graph index inside the group
