@@ -421,7 +421,7 @@ def _labels(ax, labelled, metric) -> None:
 def _drift_panel(ax, results) -> None:
     per_layer = getattr(results, "per_layer", None) or []
     names = [r["pattern"] for r in results[1:] if r.get("realisable") is True]
-    for k, name in enumerate(names):
+    for k, name in enumerate(names, start=1):  # C0 is dense's in the middle panel: the same colour per pattern
         rows = [r for r in per_layer if r["pattern"] == name]
         ax.plot([r["layer"] for r in rows], [r["out_err"] for r in rows], "o-", color=f"C{k % 10}", label=name)
         oracle = [r for r in per_layer if r["pattern"] == f"oracle({name})"]
