@@ -23,7 +23,7 @@ from graphattn.cli.args import cpu_threads, int_in, out_path
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, parse_spec
 from graphattn.prune.tasks import TASKS
 
-__all__ = ["add_arguments", "main", "fidelity_figure", "sweep_figure", "environment"]
+__all__ = ["add_arguments", "main", "fidelity_figure", "sweep_figure"]
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PYDOC_SOURCE = "pydoc_data.topics (Python reference documentation)"
@@ -239,7 +239,7 @@ def _report(args, specs, task, source, model, tokenizer, sweep=None) -> int:
         self_check=msg,
         passed=ok,
         arguments={k: v for k, v in vars(args).items() if k != "func"},
-        **environment(),
+        **_provenance(),
     )
     results.meta.update(torch_threads=torch.get_num_threads())
     if sweep:
@@ -248,37 +248,6 @@ def _report(args, specs, task, source, model, tokenizer, sweep=None) -> int:
     paths = prune.write_outputs(results, args.out, results.meta, args.json, figure=figure, tables=True)
     print(f"{len(results)} rows in {total:.1f} s; wrote {', '.join(paths.values())}")
     return 0
-
-
-def environment() -> dict:
-    """Versions of the packages that shape the numbers, and the git commit of graphattn when it is a checkout."""
-    import os
-    import platform
-    import subprocess
-    from importlib import metadata
-
-    import graphattn
-
-    versions = {"python": platform.python_version(), "graphattn": graphattn.__version__}
-    for name in ("torch", "transformers", "ranx", "scipy", "numpy"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    try:
-        commit = (
-            subprocess.run(
-                ["git", "rev-parse", "HEAD"],
-                cwd=os.path.dirname(graphattn.__file__),
-                capture_output=True,
-                text=True,
-                timeout=5,
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {"versions": versions, "git_commit": commit}
 
 
 def fidelity_figure(results, meta: dict):
@@ -497,3 +466,10 @@ def _bars(ax, items, metric, title):
     ax.set_xticks(range(len(rs)), labels, fontsize=7, rotation=30)
     ax.set_ylabel(f"change in {metric} against dense (95 % CI)")
     ax.set_title(title, fontsize=10)
+
+
+def _provenance() -> dict:
+    """Versions of the packages that shape the numbers, the git commit, date and load (:mod:`graphattn.provenance`)."""
+    from graphattn.provenance import environment
+
+    return environment(("torch", "transformers", "ranx", "scipy", "numpy"))

@@ -17,11 +17,9 @@ Every option of a preset can be overridden (:func:`make_runs`).
 
 from __future__ import annotations
 
-import os
-import time
-
 from graphattn.lm.model import DENSE, LMConfig, attention_graph
 from graphattn.lm.train import RunConfig, dist_context, train_run
+from graphattn.provenance import environment
 
 __all__ = ["PRESETS", "make_runs", "run_experiment", "environment"]
 
@@ -126,46 +124,6 @@ def make_runs(preset: str = "smoke", **overrides) -> list[RunConfig]:
     return runs
 
 
-def environment() -> dict:
-    """Versions, git commit of graphattn (when a checkout), date, load average, threads, CPU count."""
-    import platform
-    import subprocess
-    from importlib import metadata
-
-    import torch
-
-    import graphattn
-
-    versions = {"python": platform.python_version(), "graphattn": graphattn.__version__}
-    for name in ("torch", "numpy", "pandas", "scipy", "matplotlib"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    try:
-        commit = (
-            subprocess.run(
-                ["git", "rev-parse", "HEAD"],
-                cwd=os.path.dirname(graphattn.__file__),
-                capture_output=True,
-                text=True,
-                timeout=5,
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {
-        "versions": versions,
-        "git_commit": commit,
-        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        "load_average": list(os.getloadavg()),
-        "torch_threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "cuda": torch.cuda.is_available(),
-    }
-
-
 def run_experiment(
     runs: list[RunConfig],
     out: str,
@@ -231,7 +189,7 @@ def run_experiment(
         "corpus_root": corpus.root,
         "seeds": sorted({r.seed for r in runs}),
         "world": ctx.world,
-        **environment(),
+        **environment(("torch", "numpy", "pandas", "scipy", "matplotlib")),
         **(meta or {}),
     }
     return results, report.write_outputs(results, out, info, draw=draw)
