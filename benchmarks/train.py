@@ -27,7 +27,9 @@ rounds after two warm-up steps each), medians of CPU time (``time.process_time``
 work, the steadier figure on a shared machine) and of wall time. Peak memory: the peak resident set
 size above the resident size before one more step (CPU; glibc asked to return freed buffers, as
 ``graphattn bench`` does), ``max_memory_allocated`` on CUDA. Ratios are PyG over graphattn: > 1 means
-graphattn is faster or smaller; < 1 that it is slower. One thread unless ``--threads``. Prints the
+graphattn is faster or smaller; < 1 that it is slower. ``ceiling``: PyG's CPU time over that of the
+layer's dense projections alone (its ``nn.Linear`` maps of the node features, forward and backward,
+timed in the same rounds): the largest ratio any drop-in could reach if its attention were free. One thread unless ``--threads``. Prints the
 date and the load average at start and end; writes ``benchmarks/results/train-<stamp>.{json,md}``.
 """
 
@@ -105,6 +107,27 @@ def estimate_bytes(name: str, E: int, N: int, D: int) -> int:
     return 4 * (per_edge * E * HEADS * D + 20 * N * HEADS * D + 8 * E * HEADS)
 
 
+class Projections(torch.nn.Module):
+    """The PyG layer's dense projections of the node features alone (no attention): the floor of any step.
+
+    Every drop-in computes at least these matmuls forward and backward, so PyG's step time over this
+    one's is the largest ratio a drop-in could reach if its attention cost nothing (the ceiling).
+    """
+
+    def __init__(self, ref):
+        super().__init__()
+        names = {"GATConv": ("lin",), "GATv2Conv": ("lin_l", "lin_r"), "TransformerConv": LINEARS}
+        self.lins = torch.nn.ModuleList(
+            [getattr(ref, n) for n in names[type(ref).__name__] if getattr(ref, n, None) is not None]
+        )
+
+    def forward(self, x, edge_index):
+        return sum(lin(x) for lin in self.lins)  # (N, H * D): each projection, summed so one backward reaches all
+
+
+LINEARS = ("lin_query", "lin_key", "lin_value", "lin_skip")
+
+
 def make_step(module, device):
     def step(x, edge_index):
         xg = x.detach().requires_grad_()
@@ -140,6 +163,8 @@ def measure_pair(steps, inputs, repeats: int, device) -> dict:
         row[f"{k}_time_s"] = sorted(wall[k])[len(wall[k]) // 2]
     for what in ("cpu_s", "time_s", "peak_bytes"):
         row[f"ratio_{what}"] = row[f"pyg_{what}"] / max(row[f"ga_{what}"], 1e-12)
+    if "floor" in steps:  # PyG over its projections alone: the ratio a drop-in with free attention would reach
+        row["ceiling_cpu_s"] = row["pyg_cpu_s"] / max(row["floor_cpu_s"], 1e-12)
     return row
 
 
@@ -154,7 +179,7 @@ def run(case: str, D: int, name: str, mode: str, args, device) -> dict:
     g = torch.Generator().manual_seed(2)
     inputs = [(torch.randn(n, HEADS * D, generator=g).to(device), e.to(device)) for n, e in batches]
     ref, ours = (m.to(device) for m in pair(name, D))
-    modules = {"pyg": ref, "ga": ours}
+    modules = {"pyg": ref, "ga": ours, "floor": Projections(ref)}
     if mode == "compiled":
         modules = {k: torch.compile(m) for k, m in modules.items()}
     try:
@@ -175,6 +200,7 @@ def line(r: dict) -> str:
         f"{head} PyG {r['pyg_cpu_s'] * 1e3:8.1f} ms {r['pyg_peak_bytes'] / 2**20:7.1f} MiB | "
         f"ga {r['ga_cpu_s'] * 1e3:8.1f} ms {r['ga_peak_bytes'] / 2**20:7.1f} MiB | PyG/ga: "
         f"cpu x{r['ratio_cpu_s']:.2f} wall x{r['ratio_time_s']:.2f} memory x{r['ratio_peak_bytes']:.2f}"
+        + (f" | ceiling x{r['ceiling_cpu_s']:.2f}" if "ceiling_cpu_s" in r else "")
     )
 
 

@@ -27,7 +27,6 @@ __all__ = [
     "CHECKED_ON",
     "softmax_into",
     "softmax_backward",
-    "has_forward_hooks",
     "pyg_needs_propagate",
     "keep_pyg_explain_path",
     "hf_collected_outputs",
@@ -65,14 +64,6 @@ def softmax_backward(grad: Tensor, alpha: Tensor) -> Tensor:
     ``torch._softmax_backward_data``: no public fused softmax backward (checked on torch 2.13).
     """
     return torch._softmax_backward_data(grad, alpha, -1, alpha.dtype)
-
-
-def has_forward_hooks(module: nn.Module) -> bool:
-    """Whether ``module`` has forward or forward-pre hooks of its own.
-
-    ``nn.Module._forward_hooks`` / ``_forward_pre_hooks``: no public query (checked on torch 2.13).
-    """
-    return bool(module._forward_hooks) or bool(module._forward_pre_hooks)
 
 
 def pyg_needs_propagate(module: nn.Module) -> bool:

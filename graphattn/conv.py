@@ -228,7 +228,7 @@ class AttentionConv(MessagePassing):
                     f"Expected '{name}' to have the layer's dtype {lin.weight.dtype} (got {t.dtype}); "
                     f"convert one of them, e.g. conv.to({t.dtype})"
                 )
-        if x_q is x_k and x_k is x_v:  # one matmul for the projections of one input
+        if x_q is x_k and x_k is x_v:  # the projections of one input
             parts = project(x_q, self.lin_query, self.lin_key, self.lin_value)
         else:
             parts = (

@@ -282,7 +282,7 @@ class TransformerConv(MessagePassing):
             edge_attr = values
         H, C = self.heads, self.out_channels
         skips = (self.lin_skip,) if self.root_weight else ()
-        if x_src is x_dst:  # one matmul for every projection of x
+        if x_src is x_dst:  # every projection of the one input
             query, key, value, *x_r = project(x_dst, self.lin_query, self.lin_key, self.lin_value, *skips)
         else:
             query, *x_r = project(x_dst, self.lin_query, *skips)

@@ -53,15 +53,6 @@ def test_softmax_into_and_backward_equal_autograd():
     torch.testing.assert_close(_compat.softmax_backward(grad, out), want, atol=1e-12, rtol=0)
 
 
-def test_forward_hooks_are_seen():
-    lin = torch.nn.Linear(2, 2)
-    assert not _compat.has_forward_hooks(lin)
-    handle = lin.register_forward_pre_hook(lambda module, args: None)
-    assert _compat.has_forward_hooks(lin)
-    handle.remove()
-    assert not _compat.has_forward_hooks(lin)
-
-
 def test_pyg_explain_mode_and_message_hooks_need_propagate():
     pytest.importorskip("torch_geometric")
     from torch_geometric.nn import GCNConv
