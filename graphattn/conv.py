@@ -223,15 +223,8 @@ class AttentionConv(MessagePassing):
             if not t.is_floating_point():
                 raise TypeError(message(name, "floating point", t.dtype))
             if width is not None and t.dtype != lin.weight.dtype:
-                raise TypeError(
-                    message(
-                        name,
-                        f"the layer's dtype {lin.weight.dtype}",
-                        t.dtype,
-                        f"convert one of them, e.g. conv.to({t.dtype})",
-                        verb="have",
-                    )
-                )
+                fix = f"convert one of them, e.g. conv.to({t.dtype})"
+                raise TypeError(message(name, f"the layer's dtype {lin.weight.dtype}", t.dtype, fix, verb="have"))
         if x_q is x_k and x_k is x_v:  # one matmul for the projections of one input
             parts = project(x_q, self.lin_query, self.lin_key, self.lin_value)
         else:
@@ -341,13 +334,9 @@ class AttentionConv(MessagePassing):
                 )
             )
         if size is not None or batch is not None or self.impl == "message_passing":
-            raise NotImplementedError(
-                message(
-                    "context_parallel",
-                    "used without 'size', 'batch' and impl='message_passing' (the graph is one global sequence)",
-                    f"size={size!r}, batch={'a Tensor' if batch is not None else None}, impl={self.impl!r}",
-                )
-            )
+            why = "used without 'size', 'batch' and impl='message_passing' (the graph is one global sequence)"
+            got = f"size={size!r}, batch={'a Tensor' if batch is not None else None}, impl={self.impl!r}"
+            raise NotImplementedError(message("context_parallel", why, got))
         plan = (
             graph
             if isinstance(graph, distributed.ExchangePlan)
