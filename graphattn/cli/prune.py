@@ -152,7 +152,13 @@ def main(args: argparse.Namespace) -> int:
     from graphattn import prune
 
     if args.sweep and args.patterns:  # the sweep has its own rows: --patterns would be ignored without a word
-        raise ValueError(message("--patterns", "left out with '--sweep' (the sweep runs its own 32 rows)", "both"))
+        raise ValueError(
+            message(
+                "--patterns",
+                "given without '--sweep' (one or the other, not both: the sweep runs its own 32 rows)",
+                "both",
+            )
+        )
     config = prune.models.model_config(args.model)  # before any weight is loaded
     sweep = prune.sweep.sweep_specs(int(config.num_hidden_layers)) if args.sweep else None
     specs = [parse_spec(s) for s in ([t for t, _, _ in sweep] if sweep else (args.patterns or DEFAULT_PATTERNS))]
