@@ -24,6 +24,7 @@ from graphattn.validate import (
     check_not_jit,
     check_probability,
     message,
+    shape_message,
 )
 
 __all__ = ["AttentionConv"]
@@ -40,7 +41,7 @@ def _feature_sizes(in_channels) -> tuple[int, int, int]:
         sizes = tuple(as_int(f) for f in in_channels)
     if sizes is None or None in sizes:
         raise TypeError(
-            f"Expected 'in_channels' to be an int, a pair (F_kv, F_q) or a triple (F_k, F_v, F_q) (got {in_channels!r})"
+            message("in_channels", "an int, a pair (F_kv, F_q) or a triple (F_k, F_v, F_q)", repr(in_channels))
         )
     if any(f < 1 and f != -1 for f in sizes):
         raise ValueError(
@@ -160,7 +161,7 @@ class AttentionConv(MessagePassing):
     ):
         for name, default in (("aggr", "add"), ("flow", "source_to_target")):
             if kwargs.setdefault(name, default) != default:  # attention is a softmax-weighted sum along j -> i
-                raise ValueError(f"Expected '{name}' to be {default!r} for attention (got {kwargs[name]!r})")
+                raise ValueError(message(name, f"{default!r} for attention", repr(kwargs[name])))
         super().__init__(node_dim=0, **kwargs)
         f_k, f_v, f_q = _feature_sizes(in_channels)
         out_channels = check_int("out_channels", out_channels, low=1)
@@ -213,21 +214,17 @@ class AttentionConv(MessagePassing):
         elif isinstance(x, (tuple, list)) and len(x) == 3:
             x_k, x_v, x_q = x
         else:
-            raise TypeError(
-                f"Expected 'x' to be a Tensor, a pair (x_kv, x_q) or a triple (x_k, x_v, x_q) (got {type(x).__name__})"
-            )
+            raise TypeError(message("x", "a Tensor, a pair (x_kv, x_q) or a triple (x_k, x_v, x_q)", type(x).__name__))
         for name, t, lin in (("x_q", x_q, self.lin_query), ("x_k", x_k, self.lin_key), ("x_v", x_v, self.lin_value)):
             width = _in_width(lin)  # None: lazy, any width is taken
             if not isinstance(t, Tensor) or t.dim() != 2 or t.size(-1) != (width or t.size(-1)):
                 got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-                raise ValueError(f"Expected '{name}' to have shape (n, {width or 'F'}) (got {got})")
+                raise ValueError(shape_message(name, f"(n, {width or 'F'})", got))
             if not t.is_floating_point():
-                raise TypeError(f"Expected '{name}' to be floating point (got {t.dtype})")
+                raise TypeError(message(name, "floating point", t.dtype))
             if width is not None and t.dtype != lin.weight.dtype:
-                raise TypeError(
-                    f"Expected '{name}' to have the layer's dtype {lin.weight.dtype} (got {t.dtype}); "
-                    f"convert one of them, e.g. conv.to({t.dtype})"
-                )
+                fix = f"convert one of them, e.g. conv.to({t.dtype})"
+                raise TypeError(message(name, f"the layer's dtype {lin.weight.dtype}", t.dtype, fix, verb="have"))
         if x_q is x_k and x_k is x_v:  # the projections of one input
             parts = project(x_q, self.lin_query, self.lin_key, self.lin_value)
         else:
@@ -337,10 +334,9 @@ class AttentionConv(MessagePassing):
                 )
             )
         if size is not None or batch is not None or self.impl == "message_passing":
-            raise NotImplementedError(
-                "Expected 'context_parallel' without 'size', 'batch' and "
-                "impl='message_passing' (the graph is one global sequence)"
-            )
+            why = "used without 'size', 'batch' and impl='message_passing' (the graph is one global sequence)"
+            got = f"size={size!r}, batch={'a Tensor' if batch is not None else None}, impl={self.impl!r}"
+            raise NotImplementedError(message("context_parallel", why, got))
         plan = (
             graph
             if isinstance(graph, distributed.ExchangePlan)
@@ -417,10 +413,14 @@ class AttentionConv(MessagePassing):
             For ``add_bias_kv=True`` or ``add_zero_attn=True``.
         """
         if not isinstance(mha, nn.MultiheadAttention):
-            raise TypeError(f"Expected 'mha' to be an nn.MultiheadAttention (got {type(mha).__name__})")
+            raise TypeError(message("mha", "an nn.MultiheadAttention", type(mha).__name__))
         if mha.bias_k is not None or mha.add_zero_attn:
             raise NotImplementedError(
-                "Expected 'mha' without add_bias_kv or add_zero_attn (they add keys that are not nodes)"
+                message(
+                    "mha",
+                    "without add_bias_kv or add_zero_attn (they add keys that are not nodes)",
+                    f"add_bias_kv={mha.bias_k is not None}, add_zero_attn={mha.add_zero_attn}",
+                )
             )
         embed, kdim, vdim = mha.embed_dim, mha.kdim, mha.vdim
         in_channels = embed if kdim == vdim == embed else ((kdim, embed) if kdim == vdim else (kdim, vdim, embed))
@@ -463,8 +463,11 @@ class AttentionConv(MessagePassing):
             )
         if self.lin_out is None or f_q != self.out_channels:
             raise ValueError(
-                "Expected an output projection and F_q == out_channels to convert to nn.MultiheadAttention "
-                f"(got output_projection={self.lin_out is not None}, F_q={f_q}, out_channels={self.out_channels})"
+                message(
+                    "output_projection",
+                    "True, with F_q == out_channels, to convert to nn.MultiheadAttention",
+                    f"output_projection={self.lin_out is not None}, F_q={f_q}, out_channels={self.out_channels}",
+                )
             )
         bias = self.lin_query.bias is not None
         w = self.lin_out.weight

@@ -25,6 +25,8 @@ import math
 import torch
 from torch import Tensor
 
+from graphattn.validate import message, shape_message
+
 __all__ = [
     "six_steps_report",
     "worked_report",
@@ -83,11 +85,11 @@ def worked_example(scores=WORKED_SCORES, d_k: int = 4, values=WORKED_VALUES) -> 
         If ``d_k < 1`` or the number of values differs from the number of scores.
     """
     if d_k < 1:
-        raise ValueError(f"Expected 'd_k' to be a positive integer (got {d_k})")
+        raise ValueError(message("d_k", "a positive integer", repr(d_k)))
     s = torch.tensor(list(scores), dtype=torch.float64)  # (S,)
     v = torch.tensor([list(row) for row in values], dtype=torch.float64)  # (S, D_v)
     if v.dim() != 2 or v.size(0) != s.numel():
-        raise ValueError(f"Expected one value vector per score ({s.numel()}) (got shape {tuple(v.shape)})")
+        raise ValueError(shape_message("values", f"({s.numel()}, D_v), one value vector per score", v.shape))
     scaled = s / math.sqrt(d_k)  # (S,)  3) scale
     weights = torch.softmax(scaled, dim=0)  # (S,)  5) softmax
     output = weights @ v  # (S,) · (S, D_v) -> (D_v,)  6) combine

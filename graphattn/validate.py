@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor
 
 __all__ = [
     "message",
+    "shape_message",
     "as_int",
     "check_int",
     "check_float",
@@ -30,6 +32,7 @@ __all__ = [
     "check_choice",
     "check_bool",
     "check_features",
+    "check_edge_list",
     "check_fits_memory",
     "check_not_jit",
     "MAX_INDEX",
@@ -38,16 +41,37 @@ __all__ = [
 MAX_INDEX = 2**62  # largest size or index any entry accepts: products of two stay far from int64 overflow
 
 
-def message(name: str, expected: str, got, fix: str = "") -> str:
-    """The one error template: ``Expected 'name' to be <expected> (got <got>)[; <fix>]``.
+def message(name: str, expected: str, got: object, fix: str = "", *, verb: str = "be") -> str:
+    """The one error template: ``Expected 'name' to <verb> <expected> (got <got>)[; <fix>]``.
+
+    ``got`` is shown as is when it is a str, else as its ``repr``. ``verb`` is
+    ``"be"`` unless the expectation reads better with another (``"have"`` for a
+    shape or a column, ``"hold"`` for contents, ``"name"`` for a list of names).
 
     Examples
     --------
     >>> message("heads", "a positive int", 0)
     "Expected 'heads' to be a positive int (got 0)"
+    >>> message("root", "Python sources", "'src' with no *.py files", verb="hold")
+    "Expected 'root' to hold Python sources (got 'src' with no *.py files)"
     """
     got = got if isinstance(got, str) else repr(got)
-    return f"Expected {name!r} to be {expected} (got {got})" + (f"; {fix}" if fix else "")
+    return f"Expected {name!r} to {verb} {expected} (got {got})" + (f"; {fix}" if fix else "")
+
+
+def shape_message(name: str, expected: str, got: str | Iterable[int], fix: str = "") -> str:
+    """The template for a shape: ``Expected 'name' to have shape <expected> (got <shape>)[; <fix>]``.
+
+    ``got`` is a shape (``torch.Size``, a NumPy shape, any sequence of ints),
+    shown as a tuple, or a str shown as is (e.g. a type name where no shape exists).
+
+    Examples
+    --------
+    >>> shape_message("edge_index", "(2, E)", torch.Size([3, 10]))
+    "Expected 'edge_index' to have shape (2, E) (got (3, 10))"
+    """
+    text = got if isinstance(got, str) else str(tuple(int(n) for n in got))
+    return message(name, f"shape {expected}", text, fix, verb="have")
 
 
 def as_int(value) -> int | None:
@@ -201,6 +225,37 @@ def check_features(name: str, value, weight: Tensor, fix: str = "") -> Tensor:
                 f"convert one of them, e.g. conv.to({value.dtype})",
             )
         )
+    return value
+
+
+def check_edge_list(name: str, value: object, what: str = "a LongTensor of shape (2, E)", fix: str = "") -> Tensor:
+    """An edge list's type, integer dtype and ``(2, E)`` shape (its values are the caller's to check).
+
+    ``what`` is the message's expectation for a value that is not a tensor, and
+    ``fix`` its remedy. Returns the tensor.
+
+    Examples
+    --------
+    >>> check_edge_list("edge_index", torch.zeros(2, 0, dtype=torch.long)).shape
+    torch.Size([2, 0])
+    >>> check_edge_list("edge_index", torch.zeros(3, 10, dtype=torch.long))
+    Traceback (most recent call last):
+    ValueError: Expected 'edge_index' to have shape (2, E) (got (3, 10))
+    """
+    if not isinstance(value, Tensor):
+        raise TypeError(message(name, what, type(value).__name__, fix))
+    if value.dtype not in (torch.int64, torch.int32):
+        raise TypeError(
+            message(
+                name,
+                "an integer dtype",
+                value.dtype,
+                "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index",
+                verb="have",
+            )
+        )
+    if value.dim() != 2 or value.size(0) != 2:
+        raise ValueError(shape_message(name, "(2, E)", value.shape))
     return value
 
 

@@ -50,7 +50,9 @@ def estimate_bytes(method: str, pattern: str, L: int, mode: str, H: int, D: int,
         return 8 * nodes + 2 * L * L
     if method == "pyg":  # query_i, key_j, value_j and products on every edge (measured ~4x / ~6x E H D)
         return 8 * nodes + (4 if back == 1 else 6) * E * H * D * itemsize + 40 * E
-    raise ValueError(f"Expected a method from {METHODS} (got {method!r})")
+    from graphattn.validate import message  # here: the command's --help imports no torch
+
+    raise ValueError(message("method", f"one of {METHODS}", repr(method)))
 
 
 def applicable(method: str, pattern: str, mode: str, device: str) -> str | None:

@@ -48,22 +48,23 @@ def check_device(text: str):
     """
     import torch
 
+    from graphattn.validate import message
+
     try:
         device = torch.device(text)
     except (RuntimeError, TypeError):
-        raise ValueError(f"Expected '--device' to be a torch device such as cpu or cuda (got {text!r})") from None
+        raise ValueError(message("--device", "a torch device such as cpu or cuda", repr(text))) from None
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if (device.index or 0) >= count:
             raise ValueError(
-                f"Expected '--device' to be a CUDA device this torch build sees (got {text!r}; "
-                f"{count} CUDA device(s) visible)"
+                message("--device", "a CUDA device this torch build sees", f"{text!r}; {count} CUDA device(s) visible")
             )
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
-            raise ValueError(f"Expected '--device' to be available here (got {text!r}: MPS is not available)")
+            raise ValueError(message("--device", "available here", f"{text!r}: MPS is not available"))
     elif device.type != "cpu":
-        raise ValueError(f"Expected '--device' to be cpu, cuda or mps, a device that runs kernels (got {text!r})")
+        raise ValueError(message("--device", "cpu, cuda or mps, a device that runs kernels", repr(text)))
     return device
 
 

@@ -15,13 +15,13 @@ import os
 __all__ = ["int_in", "float_in", "names", "ints", "cpu_threads", "out_path"]
 
 
-def message(name: str, expected: str, got, fix: str = "") -> str:
+def message(name: str, expected: str, got, fix: str = "", *, verb: str = "be") -> str:
     """:func:`graphattn.validate.message`, imported when an option is refused (validate imports torch, which
     ``graphattn COMMAND --help`` does not need).
     """
     from graphattn.validate import message as template
 
-    return template(name, expected, got, fix)
+    return template(name, expected, got, fix, verb=verb)
 
 
 def int_in(name: str, low: int, high: int):

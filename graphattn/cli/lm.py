@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from graphattn.cli.args import cpu_threads, float_in, int_in, ints, out_path
+from graphattn.cli.args import cpu_threads, float_in, int_in, ints, message, out_path
 
 __all__ = ["add_arguments", "main"]
 
@@ -115,8 +115,11 @@ def main(args: argparse.Namespace) -> int:
         kind = args.device.split(":")[0]
         if kind not in ("cpu", "cuda") or (kind == "cuda" and not torch.cuda.is_available()):
             raise ValueError(
-                f"Expected '--device' to be cpu, or cuda with a GPU that torch sees (got "
-                f"{args.device!r}; torch.cuda.is_available() is {torch.cuda.is_available()})"
+                message(
+                    "--device",
+                    "cpu, or cuda with a GPU that torch sees",
+                    f"{args.device!r}; torch.cuda.is_available() is {torch.cuda.is_available()}",
+                )
             )
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -19,7 +19,7 @@ import argparse
 import sys
 import time
 
-from graphattn.cli.args import cpu_threads, int_in, out_path
+from graphattn.cli.args import cpu_threads, int_in, message, out_path
 from graphattn.prune.specs import DEFAULT_PATTERNS, SPEC_HELP, parse_spec
 from graphattn.prune.tasks import TASKS
 
@@ -152,17 +152,21 @@ def main(args: argparse.Namespace) -> int:
     from graphattn import prune
 
     if args.sweep and args.patterns:  # the sweep has its own rows: --patterns would be ignored without a word
-        raise ValueError("Expected '--patterns' or '--sweep', not both (the sweep runs its own 32 rows)")
+        raise ValueError(
+            message(
+                "--patterns",
+                "given without '--sweep' (one or the other, not both: the sweep runs its own 32 rows)",
+                "both",
+            )
+        )
     config = prune.models.model_config(args.model)  # before any weight is loaded
     sweep = prune.sweep.sweep_specs(int(config.num_hidden_layers)) if args.sweep else None
     specs = [parse_spec(s) for s in ([t for t, _, _ in sweep] if sweep else (args.patterns or DEFAULT_PATTERNS))]
     names = [spec.name for spec in specs]
     if len(set(names)) < len(names):  # two rows of one name are one name in every output file
         twice = next(n for n in names if names.count(n) > 1)
-        raise ValueError(
-            f"Expected each pattern once (got {twice!r} twice, as "
-            f"{[t for t, n in zip(args.patterns or [], names) if n == twice]!r})"
-        )
+        given = [t for t, n in zip(args.patterns or [], names) if n == twice]
+        raise ValueError(message("--patterns", "each pattern once", f"{twice!r} twice, as {given!r}", verb="name"))
     for spec in specs:  # scopes against the model's range, and pattern functions on a few tokens, before loading
         prune.specs.check_spec(spec, int(config.num_hidden_layers), int(config.num_attention_heads))
     prune.models.check_max_length(config, args.max_length)
@@ -179,8 +183,11 @@ def main(args: argparse.Namespace) -> int:
         source = args.text
         if task_name.startswith("title"):
             raise ValueError(
-                f"Expected '--task' to be first-sentence or none with --text (got {task_name}, "
-                "which needs the pydoc topics' titles)"
+                message(
+                    "--task",
+                    "first-sentence or none with --text",
+                    f"{task_name}, which needs the pydoc topics' titles",
+                )
             )
         passages = prune.corpus.read_passages(args.text, max_length=args.max_length, dropped=dropped)
     model, tokenizer = prune.load_model(args.model)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from graphattn.cli.args import int_in
+from graphattn.cli.args import int_in, message
 from graphattn.steps import WORKED_SCORES
 
 __all__ = ["add_arguments", "main"]
@@ -58,9 +58,9 @@ def main(args: argparse.Namespace) -> int:
     from graphattn.steps import six_steps_report, worked_report
 
     if not all(math.isfinite(s) for s in args.scores):
-        raise ValueError(f"Expected '--scores' to be finite numbers (got {args.scores})")
+        raise ValueError(message("--scores", "finite numbers", args.scores))
     if args.node is not None and args.node >= args.length:
-        raise ValueError(f"Expected '--node' to be a token index below --length {args.length} (got {args.node})")
+        raise ValueError(message("--node", f"a token index below --length {args.length}", args.node))
     lines = six_steps_report(args.length, args.dim, args.seed, args.causal, args.decimals, args.node)
     lines += worked_report(args.scores, args.d_k, args.decimals)
     lines += errata_lines(errata(model=args.minilm))

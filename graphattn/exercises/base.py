@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from graphattn.validate import message
+
 __all__ = ["Verdict", "verdict", "unanswered", "as_tensor", "as_edges", "same_edges", "close"]
 
 STRICT_ENV = "GRAPHATTN_EXERCISES_STRICT"
@@ -51,7 +53,7 @@ def as_tensor(answer, name: str = "answer") -> Tensor:
             else answer.detach().to(torch.float64)
         )
     except (TypeError, ValueError, RuntimeError) as err:
-        raise TypeError(f"Expected '{name}' to be numbers or a tensor (got {type(answer).__name__})") from err
+        raise TypeError(message(name, "numbers or a tensor", type(answer).__name__)) from err
 
 
 def as_edges(answer, name: str = "edge_index") -> Tensor:
@@ -60,16 +62,17 @@ def as_edges(answer, name: str = "edge_index") -> Tensor:
         answer = [t.reshape(-1) for t in answer]
         if answer[0].numel() != answer[1].numel():
             raise TypeError(
-                f"Expected '{name}' to be two rows of equal length (got {answer[0].numel()} sources "
-                f"and {answer[1].numel()} targets)"
+                message(
+                    name,
+                    "two rows of equal length",
+                    f"{answer[0].numel()} sources and {answer[1].numel()} targets",
+                )
             )
         return torch.stack(answer).long()
     try:
         return torch.as_tensor(answer).long()
     except (TypeError, ValueError, RuntimeError) as err:
-        raise TypeError(
-            f"Expected '{name}' to be a (2, E) tensor of node indices (got {type(answer).__name__})"
-        ) from err
+        raise TypeError(message(name, "a (2, E) tensor of node indices", type(answer).__name__)) from err
 
 
 def same_edges(a: Tensor, b: Tensor) -> bool:

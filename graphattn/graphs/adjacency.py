@@ -9,7 +9,7 @@ from torch import Tensor
 
 from graphattn.cache import ContentCache
 from graphattn.graphs.edges import _size_pair
-from graphattn.validate import check_int
+from graphattn.validate import check_int, message
 
 __all__ = ["to_edge_index", "set_adjacency_cache_size", "ADJ_CACHE_SIZE"]
 
@@ -115,9 +115,12 @@ def to_edge_index(adj, size=None) -> tuple[Tensor, tuple[int, int] | None, Tenso
             edge_index = adj.as_tensor()  # the same plain tensor on every call
     else:
         raise TypeError(
-            f"Expected 'edge_index' to be a LongTensor (2, E), an EdgeIndex, a torch.sparse "
-            f"adjacency or a SparseTensor (got {type(adj).__name__})"
+            message(
+                "edge_index",
+                "a LongTensor (2, E), an EdgeIndex, a torch.sparse adjacency or a SparseTensor",
+                type(adj).__name__,
+            )
         )
     if size is not None and own is not None and tuple(own) != size:
-        raise ValueError(f"Expected 'size' to match the adjacency's size (S, L) = {tuple(own)} (got {size})")
+        raise ValueError(message("size", f"the adjacency's size (S, L) = {tuple(own)}", str(size), verb="match"))
     return edge_index, size or own, values

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from graphattn.patterns import MAX_ELEMENTS, MAX_LENGTH
-from graphattn.validate import as_int, check_int, check_tensor, message
+from graphattn.validate import as_int, check_edge_list, check_int, check_tensor, message
 
 __all__ = ["check_edge_index", "mask_to_edge_index", "edge_index_to_mask", "sort_edge_index"]
 
@@ -56,22 +56,7 @@ def check_edge_index(edge_index: Tensor, num_sources: int, num_targets: int, nam
     TypeError, ValueError, IndexError
         Not an integer tensor (a nested list too); a shape other than (2, E); an index out of range.
     """
-    if not isinstance(edge_index, Tensor):
-        raise TypeError(
-            message(
-                name,
-                "a LongTensor of shape (2, E)",
-                type(edge_index).__name__,
-                "build one with torch.tensor(..., dtype=torch.long)",
-            )
-        )
-    if edge_index.dtype not in (torch.int64, torch.int32):
-        raise TypeError(
-            f"Expected {name!r} to have an integer dtype (got {edge_index.dtype}); "
-            "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index"
-        )
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:  # the template's own example (docs/style.md)
-        raise ValueError(f"Expected {name!r} to have shape (2, E) (got {tuple(edge_index.shape)})")
+    check_edge_list(name, edge_index, fix="build one with torch.tensor(..., dtype=torch.long)")
     if edge_index.numel() == 0:
         return
     lo = int(edge_index.min())

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from graphattn.validate import message
+
 __all__ = [
     "SPLITS",
     "VOCAB",
@@ -76,7 +78,7 @@ def stdlib_files(root: str | None = None) -> list[str]:
             if name.endswith(".py") and not name.startswith("test_"):
                 paths.append(name if rel_dir == "." else f"{rel_dir}/{name}")
     if not paths:
-        raise FileNotFoundError(f"Expected 'root' to hold Python sources (got {root!r} with no *.py files)")
+        raise FileNotFoundError(message("root", "Python sources", f"{root!r} with no *.py files", verb="hold"))
     return sorted(paths)
 
 
@@ -113,7 +115,7 @@ class Corpus:
     def split(self, name: str) -> Tensor:
         """The bytes of split ``name`` (``train``, ``val`` or ``test``)."""
         if name not in SPLITS:
-            raise ValueError(f"Expected 'split' to be one of {', '.join(SPLITS)} (got {name!r})")
+            raise ValueError(message("split", f"one of {', '.join(SPLITS)}", repr(name)))
         return getattr(self, name)
 
     def sizes(self) -> dict:
@@ -174,7 +176,7 @@ def sample_batch(data: Tensor, batch: int, length: int, generator: torch.Generat
         If ``data`` is not longer than ``length``.
     """
     if data.numel() <= length + 1:
-        raise ValueError(f"Expected the split to hold more than {length + 1} bytes (got {data.numel()})")
+        raise ValueError(message("data", f"more than {length + 1} bytes", data.numel(), verb="hold"))
     start = torch.randint(0, data.numel() - length - 1, (batch,), generator=generator)  # (batch,)
     rows = start[:, None] + torch.arange(length + 1)  # (batch, length + 1)
     chunk = data[rows].long()  # (batch, length + 1)
@@ -189,7 +191,7 @@ def eval_windows(data: Tensor, length: int, count: int) -> tuple[Tensor, Tensor]
     x, y : LongTensor, shape (count, length)
     """
     if data.numel() <= length + 1:
-        raise ValueError(f"Expected the split to hold more than {length + 1} bytes (got {data.numel()})")
+        raise ValueError(message("data", f"more than {length + 1} bytes", data.numel(), verb="hold"))
     last = data.numel() - length - 1
     start = torch.linspace(0, last, count).long()  # (count,)
     rows = start[:, None] + torch.arange(length + 1)  # (count, length + 1)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from graphattn.lm.model import DENSE, LMConfig, attention_graph
 from graphattn.lm.train import RunConfig, dist_context, train_run
 from graphattn.provenance import environment
+from graphattn.validate import message
 
 __all__ = ["PRESETS", "make_runs", "run_experiment", "environment"]
 
@@ -82,12 +83,12 @@ def make_runs(preset: str = "smoke", **overrides) -> list[RunConfig]:
     stop still leaves complete comparisons.
     """
     if preset not in PRESETS:
-        raise ValueError(f"Expected 'preset' to be one of {', '.join(PRESETS)} (got {preset!r})")
+        raise ValueError(message("preset", f"one of {', '.join(PRESETS)}", repr(preset)))
     p = dict(PRESETS[preset])
     given = {k: v for k, v in overrides.items() if v is not None}
     unknown = set(given) - set(p)
     if unknown:
-        raise ValueError(f"Expected overrides among {', '.join(sorted(p))} (got {', '.join(sorted(unknown))})")
+        raise ValueError(message("overrides", f"among {', '.join(sorted(p))}", ", ".join(sorted(unknown))))
     if "steps" in given:
         p["seconds"] = None
     if "seconds" in given:

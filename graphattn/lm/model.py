@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 import graphattn
 from graphattn import patterns
+from graphattn.validate import message
 
 __all__ = ["DENSE", "LMConfig", "attention_graph", "CausalSelfAttention", "Block", "ByteLM"]
 
@@ -56,10 +57,10 @@ class LMConfig:
 
     def __post_init__(self):
         if self.d_model % self.heads:
-            raise ValueError(f"Expected 'd_model' to be a multiple of 'heads' (got {self.d_model} and {self.heads})")
+            raise ValueError(message("d_model", "a multiple of 'heads'", f"d_model={self.d_model}, heads={self.heads}"))
         for name in ("length", "layers", "d_model", "heads", "d_ff", "vocab"):
             if int(getattr(self, name)) < 1:
-                raise ValueError(f"Expected '{name}' to be at least 1 (got {getattr(self, name)})")
+                raise ValueError(message(name, "at least 1", getattr(self, name)))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -171,7 +172,7 @@ class ByteLM(nn.Module):
         """Next-byte logits ``(B, T, 256)`` for bytes ``idx`` ``(B, T)``, ``T <= config.length``."""
         T = idx.size(1)
         if T > self.config.length:
-            raise ValueError(f"Expected at most {self.config.length} bytes per sequence (got {T})")
+            raise ValueError(message("idx", f"at most {self.config.length} bytes per sequence", T))
         pos = torch.arange(T, device=idx.device)  # (T,)
         x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
         for block in self.blocks:

@@ -41,6 +41,7 @@ from graphattn.lm import probe
 from graphattn.lm.data import Corpus, eval_windows, sample_batch
 from graphattn.lm.flops import num_edges, training_flops
 from graphattn.lm.model import ByteLM, LMConfig
+from graphattn.validate import message
 
 __all__ = ["RunConfig", "Dist", "dist_context", "train_run", "evaluate_bpb", "write_json"]
 
@@ -65,7 +66,13 @@ class RunConfig:
 
     def __post_init__(self):
         if (self.steps is None) == (self.seconds is None):
-            raise ValueError(f"Expected exactly one of 'steps' and 'seconds' (got {self.steps} and {self.seconds})")
+            raise ValueError(
+                message(
+                    "steps",
+                    "given exactly when 'seconds' is None (one of the two budgets)",
+                    f"steps={self.steps}, seconds={self.seconds}",
+                )
+            )
 
     @property
     def name(self) -> str:

@@ -27,7 +27,16 @@ from graphattn.ops.sdpa import run_sdpa
 from graphattn.ops.shared import apply_keep, compute_dtype, resolve_scale
 from graphattn.ops.structure import pattern_edges
 from graphattn.patterns import is_pattern
-from graphattn.validate import check_bool, check_choice, check_float, check_probability, check_tensor, message
+from graphattn.validate import (
+    check_bool,
+    check_choice,
+    check_edge_list,
+    check_float,
+    check_probability,
+    check_tensor,
+    message,
+    shape_message,
+)
 
 __all__ = ["attention", "batched_attention", "check_qkv", "check_edge_bias", "choose_impl", "IMPLS"]
 
@@ -93,9 +102,7 @@ def check_edge_bias(
     if edge_bias.dim() == 1:
         edge_bias = edge_bias.unsqueeze(-1)  # (E, 1)
     if edge_bias.dim() != 2 or edge_bias.size(0) != num_edges or edge_bias.size(1) not in (1, heads):
-        raise ValueError(
-            f"Expected 'edge_bias' to have shape (E,) or (E, H) = ({num_edges},) or ({num_edges}, {heads}) (got {got})"
-        )  # the template's shape form (docs/style.md)
+        raise ValueError(shape_message("edge_bias", f"(E,) or (E, H) = ({num_edges},) or ({num_edges}, {heads})", got))
     if check_values and not torch.compiler.is_compiling():
         check_bias_values(edge_bias)
     return edge_bias
@@ -254,17 +261,7 @@ def attention(
 
 def _check_edge_list(edge_index) -> None:
     """Type and shape of an edge list (its values are checked by the operator, which reads them)."""
-    if not isinstance(edge_index, Tensor):
-        raise TypeError(
-            message("edge_index", "a LongTensor (2, E) or a graphattn.patterns.Pattern", type(edge_index).__name__)
-        )
-    if edge_index.dtype not in (torch.int64, torch.int32):
-        raise TypeError(
-            f"Expected 'edge_index' to have an integer dtype (got {edge_index.dtype}); "
-            "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index"
-        )
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"Expected 'edge_index' to have shape (2, E) (got {tuple(edge_index.shape)})")
+    check_edge_list("edge_index", edge_index, "a LongTensor (2, E) or a graphattn.patterns.Pattern")
 
 
 def _edge_attention(query, key, value, edge_index, edge_bias, scale: float, p: float, need_weights: bool, impl: str):

@@ -227,7 +227,12 @@ class _Sized(Pattern):
 
     def _rule(self, q_idx, kv_idx):
         raise ValueError(
-            f"Expected a bound pattern: {self.name}'s keys depend on (L, S), use pattern.bind(L, S).mask_mod"
+            message(
+                "pattern",
+                "bound to (L, S) before its mask_mod is used",
+                f"{self.name}, whose keys depend on (L, S)",
+                "use pattern.bind(L, S).mask_mod",
+            )
         )
 
     def bind(self, L, S=None):

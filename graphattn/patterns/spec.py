@@ -19,6 +19,7 @@ from graphattn.patterns.base import Pattern
 from graphattn.patterns.local import causal, full, window
 from graphattn.patterns.mixtures import bigbird, global_tokens, longformer, random
 from graphattn.patterns.sparse_transformer import fixed, strided
+from graphattn.validate import message
 
 __all__ = ["from_spec", "parse_atom", "build", "Kind", "INT", "FLOAT", "INDICES", "FAMILIES", "SpecError"]
 
@@ -271,7 +272,7 @@ def from_spec(text: str) -> Pattern:
     'window' takes left, right, dilation: at most 3 values (got 4)
     """
     if not isinstance(text, str):
-        raise TypeError(f"Expected 'text' to be a pattern spec str such as 'window:8' (got {type(text).__name__})")
+        raise TypeError(message("text", "a pattern spec str such as 'window:8'", type(text).__name__))
     if "@" in text:
         raise SpecError(text, "scopes @layers / @heads belong to graphattn.prune.parse_spec")
     return _parse(text, text)

@@ -6,6 +6,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graphattn.validate import message
+
 QUERY_LABEL = "query i (target)"
 KEY_LABEL = "key j (source)"
 
@@ -18,7 +20,7 @@ def as_numpy(x, name: str, ndim: int | None = None) -> np.ndarray:
     else:
         x = np.asarray(x)
     if ndim is not None and x.ndim != ndim:
-        raise ValueError(f"Expected '{name}' to have {ndim} dimensions (got shape {tuple(x.shape)})")
+        raise ValueError(message(name, f"{ndim} dimensions", f"shape {tuple(x.shape)}", verb="have"))
     return x
 
 
@@ -27,7 +29,7 @@ def check_labels(labels, n: int, name: str) -> list[str] | None:
         return None
     labels = [str(t) for t in labels]
     if len(labels) != n:
-        raise ValueError(f"Expected '{name}' to have {n} entries (got {len(labels)})")
+        raise ValueError(message(name, f"{n} entries", len(labels), verb="have"))
     return labels
 
 
@@ -44,7 +46,7 @@ def color_range(data: np.ndarray, vmin: float | None, vmax: float | None) -> tup
     high = (float(finite.max()) if finite.size else 1.0) if vmax is None else float(vmax)
     if not high > low:
         if vmin is not None and vmax is not None:
-            raise ValueError(f"Expected 'vmax' to be greater than 'vmin' (got vmin {low}, vmax {high})")
+            raise ValueError(message("vmax", "greater than 'vmin'", f"vmin {low}, vmax {high}"))
         high = low + 1.0  # an all-zero (or constant) map: any scale above it
     return low, high
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from graphattn.validate import as_int, check_float, check_int, message, shape_message
 from graphattn.viz._common import KEY_LABEL, QUERY_LABEL, as_numpy, check_labels, get_ax
 
 __all__ = ["attention_graph", "encoder_decoder", "multihead"]
@@ -30,9 +31,7 @@ def _edge_alpha(ei: np.ndarray, alpha, head: int | None) -> np.ndarray:
     if a.ndim == 2:
         a = a.mean(axis=1) if head is None else a[:, head]
     if a.ndim != 1 or a.shape[0] != ei.shape[1]:
-        raise ValueError(
-            f"Expected 'alpha' to have shape (E,) or (E, H) with E = {ei.shape[1]} (got {tuple(np.shape(alpha))})"
-        )
+        raise ValueError(shape_message("alpha", f"(E,) or (E, H) with E = {ei.shape[1]}", np.shape(alpha)))
     return a
 
 
@@ -45,7 +44,6 @@ def _check_graph_args(edge_index, alpha, tokens, head, num_nodes, max_width, min
     Returns ``num_nodes`` as None or a pair of Python ints ``(S, L)``.
     """
     from graphattn.graphs import check_edge_index
-    from graphattn.validate import as_int, check_float, check_int, message
 
     try:
         ei = edge_index.detach().cpu().numpy() if isinstance(edge_index, torch.Tensor) else np.asarray(edge_index)
@@ -144,7 +142,7 @@ def attention_graph(
 
     ei = as_numpy(edge_index, "edge_index", ndim=2).astype(np.int64)
     if ei.shape[0] != 2:
-        raise ValueError(f"Expected 'edge_index' to have shape (2, E) (got {tuple(ei.shape)})")
+        raise ValueError(shape_message("edge_index", "(2, E)", ei.shape))
     a = _edge_alpha(ei, alpha, head)
     num_src, num_dst = _node_sizes(ei, tokens, num_nodes)
     labels = check_labels(tokens, max(num_src, num_dst), "tokens") if tokens is not None else None
@@ -223,7 +221,7 @@ def encoder_decoder(
 
     for name, n in (("num_src", num_src), ("num_tgt", num_tgt)):
         if not isinstance(n, int) or n < 1:
-            raise ValueError(f"Expected '{name}' to be a positive int (got {n!r})")
+            raise ValueError(message(name, "a positive int", repr(n)))
     src = check_labels(src_tokens, num_src, "src_tokens") or [f"e{j}" for j in range(num_src)]
     tgt = check_labels(tgt_tokens, num_tgt, "tgt_tokens") or [f"d{i}" for i in range(num_tgt)]
     graphs = {
@@ -338,7 +336,7 @@ def multihead(
     a = as_numpy(alpha, "alpha", ndim=2)
     heads = a.shape[1]
     if out_channels % heads:
-        raise ValueError(f"Expected 'out_channels' to be a multiple of H = {heads} (got {out_channels})")
+        raise ValueError(message("out_channels", f"a multiple of H = {heads}", repr(out_channels)))
     n = num_nodes if num_nodes is not None else int(as_numpy(edge_index, "edge_index").max()) + 1
     d, e = out_channels // heads, a.shape[0]
     fig = plt.figure(figsize=(2.6 * heads + 5, 3.6), layout="constrained") if fig is None else fig

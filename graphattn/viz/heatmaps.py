@@ -112,9 +112,9 @@ def attention_heatmap(
     else:
         m = as_numpy(mask, "mask", ndim=2)
         if m.dtype != bool:
-            raise TypeError(f"Expected 'mask' to be boolean, True means may attend (got {m.dtype})")
+            raise TypeError(message("mask", "boolean, True means may attend", str(m.dtype)))
         if m.shape != w.shape:
-            raise ValueError(f"Expected 'mask' to have the shape of 'weights' {w.shape} (got {m.shape})")
+            raise ValueError(message("mask", f"the shape of 'weights' {w.shape}", repr(m.shape), verb="have"))
         data = np.ma.masked_array(w, mask=~m)
     rows = check_labels(row_labels, num_q, "row_labels")
     cols = check_labels(col_labels, num_k, "col_labels")
@@ -238,7 +238,7 @@ def head_grid(
     cols = cols if cols is not None and num_k <= (max_labels if query is not None else min(max_labels, 12)) else None
     rows = cols if cols is not None and num_q == num_k else None
     if query is not None and not -num_q <= query < num_q:
-        raise IndexError(f"Expected 'query' to be in [0, {num_q}) (got {query})")
+        raise IndexError(message("query", f"in [0, {num_q})", repr(query)))
     low, high = color_range(w, vmin, vmax)
     if query is None:
         fig = plt.figure(figsize=(1.3 * heads + 2, 1.3 * num_layers + 1), layout="constrained") if fig is None else fig
@@ -323,14 +323,14 @@ def pattern_mask(pattern, L: int | None = None, ax=None, *, S: int | None = None
 
     if hasattr(pattern, "mask") and callable(pattern.mask):
         if L is None:
-            raise ValueError("Expected 'L' (the number of queries) when 'pattern' is a Pattern (got None)")
+            raise ValueError(message("L", "given (the number of queries) when 'pattern' is a Pattern", None))
         mask = pattern.mask(L, S)
         name = getattr(pattern, "name", type(pattern).__name__)
     else:
         mask, name = pattern, "mask"
     m = as_numpy(mask, "pattern", ndim=2)
     if m.dtype != bool:
-        raise TypeError(f"Expected the mask to be boolean, True means may attend (got {m.dtype})")
+        raise TypeError(message("pattern", "a boolean mask, True means may attend", str(m.dtype)))
     ax = get_ax(ax)
     image = ax.imshow(
         m.astype(float), cmap="Greys", vmin=0.0, vmax=1.0, origin="upper", interpolation="nearest", aspect="equal"

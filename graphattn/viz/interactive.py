@@ -9,6 +9,8 @@ an edge of weight 0 (``viz.attention_heatmap(..., mask=...)`` shows the differen
 
 from __future__ import annotations
 
+from graphattn.validate import message
+
 __all__ = ["bertviz_attention", "bertviz_view"]
 
 VIEWS = ("head", "model")
@@ -60,7 +62,7 @@ def bertviz_view(record, view: str = "head", **kwargs):
         If bertviz is not installed (the message holds the install command).
     """
     if view not in VIEWS:
-        raise ValueError(f"Expected 'view' to be one of {VIEWS} (got {view!r})")
+        raise ValueError(message("view", f"one of {VIEWS}", repr(view)))
     try:
         import bertviz
     except ImportError as err:

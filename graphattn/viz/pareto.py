@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphattn.validate import message
 from graphattn.viz._common import get_ax
 
 __all__ = ["pareto"]
@@ -70,10 +71,10 @@ def pareto(
     """
     rows = results.to_dict("records") if hasattr(results, "to_dict") else list(results)
     if not rows:
-        raise ValueError("Expected 'results' to have at least one row (got 0)")
+        raise ValueError(message("results", "at least one row", 0, verb="have"))
     for col in (x, y, family):
         if col not in rows[0]:
-            raise ValueError(f"Expected 'results' to have a column {col!r} (got {sorted(rows[0])})")
+            raise ValueError(message("results", f"a column {col!r}", sorted(rows[0]), verb="have"))
     xs = np.array([float(r[x]) for r in rows])
     ys = np.array([float(r[y]) for r in rows])
     fams = [str(r[family]) for r in rows]
