@@ -30,7 +30,7 @@ from torch import Tensor
 from torch_geometric.nn import GATConv as PyGGATConv
 from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
 from torch_geometric.nn.aggr import SumAggregation
-from torch_geometric.utils import scatter
+from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
 from graphattn import _compat, ops
 from graphattn.routing import copy_weights, needs_propagate
@@ -106,9 +106,16 @@ def _self_loops(module, edge_index: Tensor, edge_attr: Tensor | None, num_nodes)
 
 
 def _weights(edge_index: Tensor, alpha: Tensor, masked: Tensor, num_nodes) -> tuple[Tensor, Tensor]:
-    """PyG's returned ``(edge_index, alpha)``: the graph's own loops dropped, the added ones last (data-dependent)."""
-    loop = torch.arange(num_nodes, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
+    """PyG's returned ``(edge_index, alpha)``: the graph's own loops dropped, the added ones last.
+
+    Their number depends on the values: under ``torch.compile(fullgraph=True)`` this needs
+    ``torch._dynamo.config.capture_dynamic_output_shape_ops = True``. An ``EdgeIndex`` comes back as
+    PyG returns it (its own ``remove_self_loops`` / ``add_self_loops``: the same edges, in the same order).
+    """
     kept = ~masked  # (E + N,)
+    if hasattr(edge_index, "as_tensor"):  # an EdgeIndex: PyG's own functions keep its type and metadata
+        return add_self_loops(remove_self_loops(edge_index)[0], num_nodes=num_nodes)[0], alpha[kept]
+    loop = torch.arange(num_nodes, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
     return torch.cat([edge_index, loop.expand(2, -1)], dim=1)[:, kept], alpha[kept]  # (2, E'), (E', H)
 
 
@@ -249,7 +256,7 @@ class GATConv(PyGGATConv):
         alpha_src = (x_src * self.att_src).sum(-1)  # (S, H, C) · (1, H, C) -> (S, H)
         alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)  # (L, H)
         num_targets = x_dst.size(0) if x_dst is not None else (size[1] if size is not None else x_src.size(0))
-        edge_index = _plain(edge_index)
+        given, edge_index = edge_index, _plain(edge_index)
         src, dst, masked, loops = edge_index[0], edge_index[1], None, 0  # (E,), (E,)
         if self.add_self_loops:
             loops = x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
@@ -275,7 +282,7 @@ class GATConv(PyGGATConv):
             need_weights=bool(return_attention_weights),
             loops=loops,
         )  # (L, H, C), (E, H)
-        return _finish(self, out, res, edge_index, alpha, return_attention_weights, masked, loops)
+        return _finish(self, out, res, given, alpha, return_attention_weights, masked, loops)
 
     @classmethod
     def from_gat_conv(cls, conv: PyGGATConv, impl: str = "auto") -> GATConv:
@@ -363,7 +370,7 @@ class GATv2Conv(PyGGATv2Conv):
         same = x_l is x_r
         x_l = self.lin_l(x_l).view(-1, H, C)  # (S, H, C)
         x_r = x_l if same and self.share_weights else self.lin_r(x_r).view(-1, H, C)  # (L, H, C)
-        edge_index = _plain(edge_index)
+        given, edge_index = edge_index, _plain(edge_index)
         src, dst, masked, loops = edge_index[0], edge_index[1], None, 0  # (E,), (E,)
         if self.add_self_loops:
             loops = min(x_l.size(0), x_r.size(0))
@@ -385,7 +392,7 @@ class GATv2Conv(PyGGATv2Conv):
             need_weights=bool(return_attention_weights),
             loops=loops,
         )  # (L, H, C), (E, H)
-        return _finish(self, out, res, edge_index, alpha, return_attention_weights, masked, loops)
+        return _finish(self, out, res, given, alpha, return_attention_weights, masked, loops)
 
     @classmethod
     def from_gatv2_conv(cls, conv: PyGGATv2Conv, impl: str = "auto") -> GATv2Conv:
