@@ -13,7 +13,10 @@ path is what a compiled model runs.
   :mod:`graphattn.ops.structure`), the kernel :func:`choose_impl` picks, the
   weights before dropout in the caller's edge order (``(0, H)`` unless
   ``need_alpha``) and dropout's keep mask (``(0, H)`` unless ``dropout > 0``
-  and ``need_alpha``).
+  and ``need_alpha``). Two trailing arguments: ``sorted_alpha`` (the weights
+  in the structure's order) and ``loops`` (the edges ``(i, i)``, ``i < loops``,
+  follow ``edge_index``'s: GAT's self-loops, whose structure is then cached
+  under ``edge_index`` although the caller appends them on every call).
 - ``graphattn::attention_backward(...) -> (dq, dk, dv, d_score (E, H))``: the
   hand-written backward of the same kernel, from the saved weights.
 - ``graphattn::ragged_attention(query, key, value, batch, causal, scale,
