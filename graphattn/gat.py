@@ -30,10 +30,9 @@ from torch import Tensor
 from torch_geometric.nn import GATConv as PyGGATConv
 from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
 from torch_geometric.nn.aggr import SumAggregation
-from torch_geometric.utils import add_self_loops, remove_self_loops
+from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
 from graphattn import _compat, ops
-from graphattn.cache import ContentCache
 from graphattn.routing import copy_weights, needs_propagate
 from graphattn.validate import check_choice
 
@@ -66,40 +65,61 @@ def _plain(edge_index: Tensor) -> Tensor:
     return edge_index.as_tensor() if hasattr(edge_index, "as_tensor") else edge_index
 
 
-_SELF_LOOPS = ContentCache("graphattn.gat self-loop cache", 8, "graphattn.gat._SELF_LOOPS.resize(n)")
+def _self_loops(module, edge_index: Tensor, edge_attr: Tensor | None, num_nodes):
+    """PyG's self-loops with shapes known before the values: ``(src, dst, edge_attr, masked)`` over ``E + N`` edges.
 
-
-@torch.compiler.disable  # data-dependent shapes break the graph here anyway (PyG's too): run it eagerly, cached
-def _with_self_loops(module, edge_index, edge_attr, num_nodes):
-    """PyG's self-loop handling: remove the graph's own, add one per node with ``fill_value``.
-
-    Cached by content (:class:`graphattn.cache.ContentCache`), so that the
-    same graph passed again gets the same edge tensor back and the kernels'
-    structure cache hits instead of sorting the edges on every call (and both
-    layers of a model share it); not when ``edge_attr`` needs a gradient.
-    Under ``torch.compile`` it runs eagerly between two graphs.
+    PyG removes the graph's own loops (``remove_self_loops``: a data-dependent
+    length) and appends one per node. Here the ``N`` loops are appended to all
+    ``E`` edges and the graph's own loops are ``masked`` ``(E + N,)``: the
+    caller gives them the score ``-inf``, so their weight is exactly 0 and they
+    leave the output, the other weights and every gradient exactly as PyG's
+    removal does (their ``edge_attr`` gets a zero gradient, as a removed
+    edge's). The loops' edge feature is PyG's (``compute_loop_attr``): the
+    ``fill_value`` itself, or a reduction (``"mean"``, ``"add"``, ...) of each
+    node's incoming edges' features without its own loops (they go to a spare
+    row that is dropped). Nothing here reads the values on the host, so
+    ``torch.compile(fullgraph=True)`` and ``torch.export`` trace it; the
+    kernels' structure of the ``E + N`` edges is cached under ``edge_index``
+    itself (``ops.scored_attention(loops=N)``), so it is built once per graph.
     """
-
-    def build():
-        edges, attr = remove_self_loops(edge_index, edge_attr)
-        return add_self_loops(edges, attr, fill_value=module.fill_value, num_nodes=num_nodes)
-
-    if edge_attr is not None and edge_attr.requires_grad and torch.is_grad_enabled():
-        return build()
+    loop = torch.arange(num_nodes, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
+    src, dst = torch.cat([edge_index[0], loop]), torch.cat([edge_index[1], loop])  # (E + N,), (E + N,)
+    own = edge_index[0] == edge_index[1]  # (E,) the graph's own loops
+    masked = torch.cat([own, own.new_zeros(num_nodes)])  # (E + N,)
+    if edge_attr is None:
+        return src, dst, None, masked
     fill = module.fill_value
-    key = (
-        "self_loops",
-        num_nodes,
-        fill if isinstance(fill, (float, int, str)) else id(fill),
-        type(edge_index).__name__,
-    )
-    tensors = (edge_index,) if edge_attr is None else (edge_index, edge_attr)
-    if isinstance(fill, Tensor):
-        tensors = tensors + (fill,)
-    return _SELF_LOOPS.get(key, tensors, build)
+    size = (num_nodes,) + tuple(edge_attr.shape[1:])
+    if fill is None:
+        loop_attr = edge_attr.new_ones(size)
+    elif isinstance(fill, (int, float)) and not isinstance(fill, bool):
+        loop_attr = edge_attr.new_full(size, fill)
+    elif isinstance(fill, Tensor):
+        loop_attr = fill.to(edge_attr.device, edge_attr.dtype)
+        loop_attr = (loop_attr.unsqueeze(0) if edge_attr.dim() != loop_attr.dim() else loop_attr).expand(size)
+    elif isinstance(fill, str):
+        index = torch.where(own, num_nodes, edge_index[1])  # (E,) own loops into the spare row N
+        loop_attr = scatter(edge_attr, index, 0, num_nodes + 1, fill)[:num_nodes]  # (N, F_e)
+    else:
+        raise AttributeError("No valid 'fill_value' provided")  # PyG's error
+    return src, dst, torch.cat([edge_attr, loop_attr]), masked
 
 
-def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_attention_weights):
+def _weights(edge_index: Tensor, alpha: Tensor, masked: Tensor, num_nodes) -> tuple[Tensor, Tensor]:
+    """PyG's returned ``(edge_index, alpha)``: the graph's own loops dropped, the added ones last.
+
+    Their number depends on the values: under ``torch.compile(fullgraph=True)`` this needs
+    ``torch._dynamo.config.capture_dynamic_output_shape_ops = True``. An ``EdgeIndex`` comes back as
+    PyG returns it (its own ``remove_self_loops`` / ``add_self_loops``: the same edges, in the same order).
+    """
+    kept = ~masked  # (E + N,)
+    if hasattr(edge_index, "as_tensor"):  # an EdgeIndex: PyG's own functions keep its type and metadata
+        return add_self_loops(remove_self_loops(edge_index)[0], num_nodes=num_nodes)[0], alpha[kept]
+    loop = torch.arange(num_nodes, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
+    return torch.cat([edge_index, loop.expand(2, -1)], dim=1)[:, kept], alpha[kept]  # (2, E'), (E', H)
+
+
+def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_attention_weights, masked, loops):
     """Heads concatenated or averaged, residual, bias; PyG's return (the weights when the flag is truthy, as PyG 2.8)."""
     out = out.flatten(1) if module.concat else out.mean(dim=1)  # (L, H*C) or (L, C); L = 0 too
     if res is not None:
@@ -108,6 +128,8 @@ def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_a
         out = out + module.bias
     if not return_attention_weights:
         return out
+    if masked is not None:
+        edge_index, alpha = _weights(edge_index, alpha, masked, loops)
     return out, (edge_index, alpha)
 
 
@@ -234,11 +256,12 @@ class GATConv(PyGGATConv):
         alpha_src = (x_src * self.att_src).sum(-1)  # (S, H, C) · (1, H, C) -> (S, H)
         alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)  # (L, H)
         num_targets = x_dst.size(0) if x_dst is not None else (size[1] if size is not None else x_src.size(0))
+        given, edge_index = edge_index, _plain(edge_index)
+        src, dst, masked, loops = edge_index[0], edge_index[1], None, 0  # (E,), (E,)
         if self.add_self_loops:
-            num_nodes = x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
-            num_nodes = min(size) if size is not None else num_nodes
-            edge_index, edge_attr = _with_self_loops(self, edge_index, edge_attr, num_nodes)
-        src, dst = edge_index[0], edge_index[1]  # (E,), (E,)
+            loops = x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
+            loops = min(size) if size is not None else loops
+            src, dst, edge_attr, masked = _self_loops(self, edge_index, edge_attr, loops)  # E + N edges
         score = alpha_src.index_select(0, src)  # (E, H): a_s · Θ_s x_j
         if alpha_dst is not None:
             score = score + alpha_dst.index_select(0, dst)  # (E, H): + a_t · Θ_t x_i
@@ -247,16 +270,19 @@ class GATConv(PyGGATConv):
             w_edge = (self.lin_edge.weight.view(H, C, -1) * self.att_edge.view(H, C, 1)).sum(1)  # (H, F_e): a_e^T Θ_e
             score = score + edge_attr @ w_edge.t()  # (E, F_e) @ (F_e, H) -> (E, H), no (E, H, C) tensor
         score = F.leaky_relu(score, self.negative_slope)  # (E, H)
+        if masked is not None:
+            score = score.masked_fill(masked.unsqueeze(-1), float("-inf"))  # the graph's own loops: weight 0
         out, alpha = ops.scored_attention(
             score,
             x_src,
-            _plain(edge_index),
+            edge_index,
             num_targets,
             dropout=self.dropout,
             training=self.training,
             need_weights=bool(return_attention_weights),
+            loops=loops,
         )  # (L, H, C), (E, H)
-        return _finish(self, out, res, edge_index, alpha, return_attention_weights)
+        return _finish(self, out, res, given, alpha, return_attention_weights, masked, loops)
 
     @classmethod
     def from_gat_conv(cls, conv: PyGGATConv, impl: str = "auto") -> GATConv:
@@ -344,24 +370,29 @@ class GATv2Conv(PyGGATv2Conv):
         same = x_l is x_r
         x_l = self.lin_l(x_l).view(-1, H, C)  # (S, H, C)
         x_r = x_l if same and self.share_weights else self.lin_r(x_r).view(-1, H, C)  # (L, H, C)
+        given, edge_index = edge_index, _plain(edge_index)
+        src, dst, masked, loops = edge_index[0], edge_index[1], None, 0  # (E,), (E,)
         if self.add_self_loops:
-            edge_index, edge_attr = _with_self_loops(self, edge_index, edge_attr, min(x_l.size(0), x_r.size(0)))
-        src, dst = edge_index[0], edge_index[1]  # (E,), (E,)
+            loops = min(x_l.size(0), x_r.size(0))
+            src, dst, edge_attr, masked = _self_loops(self, edge_index, edge_attr, loops)  # E + N edges
         h = x_l.index_select(0, src) + x_r.index_select(0, dst)  # (E, H, C): Θ_s x_j + Θ_t x_i
         if edge_attr is not None:
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
             h = h + self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C)
         score = (F.leaky_relu(h, self.negative_slope) * self.att).sum(-1)  # (E, H, C) · (1, H, C) -> (E, H)
+        if masked is not None:
+            score = score.masked_fill(masked.unsqueeze(-1), float("-inf"))  # the graph's own loops: weight 0
         out, alpha = ops.scored_attention(
             score,
             x_l,
-            _plain(edge_index),
+            edge_index,
             x_r.size(0),
             dropout=self.dropout,
             training=self.training,
             need_weights=bool(return_attention_weights),
+            loops=loops,
         )  # (L, H, C), (E, H)
-        return _finish(self, out, res, edge_index, alpha, return_attention_weights)
+        return _finish(self, out, res, given, alpha, return_attention_weights, masked, loops)
 
     @classmethod
     def from_gatv2_conv(cls, conv: PyGGATv2Conv, impl: str = "auto") -> GATv2Conv:

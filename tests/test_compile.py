@@ -10,6 +10,8 @@ import pytest
 import torch
 from conftest import assert_close
 from torch._dynamo.testing import CompileCounterWithBackend
+from torch_geometric.nn import GATConv as PyGGATConv
+from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
 from torch_geometric.nn import TransformerConv as PyGTransformerConv
 
 import graphattn as ga
@@ -148,6 +150,63 @@ def test_export_names_the_operator():
     assert_close(exported.module()(x, edge_index), conv(x, edge_index))
 
 
+# ---------------------------------------------------------------------------------------- GAT, PyG's defaults
+GAT = [
+    pytest.param(lambda: PyGGATConv(16, 4, heads=3, edge_dim=3), ga.GATConv.from_gat_conv, id="GATConv-edge_attr"),
+    pytest.param(lambda: PyGGATv2Conv(16, 4, heads=3), ga.GATv2Conv.from_gatv2_conv, id="GATv2Conv"),
+]
+
+
+def _looped(N=40):
+    """A graph with duplicate edges and its own self-loops (one twice), which PyG's add_self_loops=True removes."""
+    return torch.cat([_graph(N), torch.tensor([[3, 7, 7], [3, 7, 7]])], dim=1)  # (2, E)
+
+
+def _gat_grads(conv, x, edge_attr, call):
+    conv.zero_grad()
+    x = x.detach().requires_grad_()
+    edge_attr = None if edge_attr is None else edge_attr.detach().requires_grad_()
+    out = call(x, edge_attr)
+    out.square().sum().backward()
+    extra = [] if edge_attr is None else [edge_attr.grad]
+    return [out.detach(), x.grad, *extra] + [p.grad.clone() for p in conv.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("make,convert", GAT)
+def test_compiled_gat_with_self_loops_runs_the_operator_and_equals_eager_and_pyg(make, convert):
+    """add_self_loops=True, fill_value="mean" (PyG's defaults) trace fullgraph: the graph's own loops are masked,
+    not filtered (no data-dependent shape), the operator is in the graph, and outputs and every gradient
+    (x, edge_attr, parameters) equal eager and PyG's layer to 1e-10 in float64. The structure is built once."""
+    torch.manual_seed(7)
+    ref = make().double()
+    conv = _no_propagate(convert(ref))
+    x, edge_index = torch.randn(40, 16, dtype=torch.float64), _looped()
+    edge_attr = torch.randn(edge_index.size(1), 3, dtype=torch.float64) if ref.edge_dim else None
+    backend, graphs = _recording()
+    compiled = torch.compile(conv, fullgraph=True, backend=backend)
+    got = _gat_grads(conv, x, edge_attr, lambda x, e: compiled(x, edge_index, e))
+    misses = ga.ops.structure._CACHE.misses
+    for _ in range(3):  # later steps on the same graph: the structure cache hits
+        _gat_grads(conv, x, edge_attr, lambda x, e: compiled(x, edge_index, e))
+    assert ga.ops.structure._CACHE.misses == misses
+    eager = _gat_grads(conv, x, edge_attr, lambda x, e: conv(x, edge_index, e))
+    pyg = _gat_grads(ref, x, edge_attr, lambda x, e: ref(x, edge_index, e))
+    assert "graphattn.attention.default" in _targets(graphs)
+    assert len(got) == len(eager) == len(pyg)
+    for a, b, c in zip(got, eager, pyg):
+        assert (a - b).abs().max() < 1e-10 and (a - c).abs().max() < 1e-10
+
+
+def test_export_gat_with_self_loops_names_the_operator():
+    torch.manual_seed(8)
+    conv = ga.GATConv(16, 4, heads=2, edge_dim=3).eval()
+    edge_index = _looped()
+    args = (torch.randn(40, 16), edge_index, torch.randn(edge_index.size(1), 3))
+    exported = torch.export.export(conv, args)
+    assert "graphattn.attention.default" in {str(n.target) for n in exported.graph.nodes}
+    assert_close(exported.module()(*args), conv(*args))
+
+
 def test_compiled_double_backward_is_refused_loudly():
     """AOTAutograd has no double backward: the error is PyTorch's own, never a silently wrong value."""
     conv = ga.TransformerConv(16, 4, heads=2).double()
@@ -206,3 +265,56 @@ def test_attention_conv_gradient_penalty_equals_message_passing(graph):
     want = _penalty(slow, x, lambda x: slow(x, edges))
     for a, b in zip(got, want):
         assert (a - b).abs().max() < 1e-8
+
+
+@pytest.mark.parametrize("shape", ["full", "causal"])
+def test_ragged_kernel_refuses_create_graph_loudly(shape):
+    """The ragged operator (patterns with batch=, as compiled) has no double backward: called directly with
+    create_graph=True it names the way out; compiled, AOTAutograd refuses first. Never a silently wrong value."""
+    from graphattn.ops.operators import ragged_attention_op
+
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(13, 2, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    batch = torch.tensor([0] * 6 + [1] * 7)
+    out = ragged_attention_op(q, k, v, batch, shape == "causal", 0.5, 0.0, torch.tensor(0))
+    with pytest.raises(NotImplementedError, match="'create_graph' to be False for the ragged kernel.*eagerly"):
+        torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    conv = ga.AttentionConv(16, 16, heads=4).double()
+    compiled = torch.compile(conv, fullgraph=True, backend="aot_eager")
+    x = torch.randn(13, 16, dtype=torch.float64, requires_grad=True)
+    pattern = patterns.full() if shape == "full" else patterns.causal()
+    with pytest.raises((RuntimeError, NotImplementedError), match="double backward|create_graph"):
+        (dx,) = torch.autograd.grad(compiled(x, pattern, batch=batch).square().sum(), x, create_graph=True)
+        dx.square().sum().backward()
+
+
+def test_hf_bridge_gradient_penalty_equals_eager():
+    """A gradient penalty through a GPT-2 (random weights, float64) on the Hugging Face bridge equals the same
+    model on transformers' eager attention: d/dθ of ||dL/d inputs_embeds||^2, padded and unpadded."""
+    pytest.importorskip("transformers")
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=8, vocab_size=11, n_positions=16, bos_token_id=0, eos_token_id=0)
+    ga.interop.register()
+    models = []
+    for impl in ("graphattn", "eager"):
+        torch.manual_seed(10)
+        model = GPT2Model(config).double().eval()
+        model.set_attn_implementation(impl)
+        models.append(model)
+    embeds = torch.randn(3, 7, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(11))
+    mask = torch.ones(3, 7, dtype=torch.long)
+    mask[1, 5:] = 0  # right padding: only valid positions enter the loss
+    for attention_mask in (None, mask):
+        valid = (mask if attention_mask is not None else torch.ones_like(mask)).bool()
+        results = []
+        for model in models:
+            model.zero_grad()
+            x = embeds.clone().requires_grad_()
+            hidden = model(inputs_embeds=x, attention_mask=attention_mask).last_hidden_state  # (B, T, F)
+            (dx,) = torch.autograd.grad(hidden[valid].square().sum(), x, create_graph=True)
+            dx.square().sum().backward()
+            results.append([dx.detach()] + [p.grad for p in model.parameters() if p.grad is not None])
+        assert len(results[0]) == len(results[1]) > 20  # every weight but the unused token embedding
+        for a, b in zip(*results):
+            assert (a - b).abs().max() < 1e-8

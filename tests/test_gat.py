@@ -144,11 +144,12 @@ def test_pyg_test_gatv2_conv_cases():
         assert torch.allclose(conv((x1, x2), edge_index), ref((x1, x2), edge_index), atol=1e-6)
 
 
-def test_gradient_penalty_equals_pygs():
-    """Second derivatives through the fused path equal PyG's (float64, 1e-8)."""
+@pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)
+def test_gradient_penalty_equals_pygs(pyg_cls, ga_cls, convert):
+    """Second derivatives through the fused path (self-loops on, the graph's own masked) equal PyG's (float64, 1e-8)."""
     torch.manual_seed(3)
-    ref = PyGGATConv(8, 4, heads=2, edge_dim=3).double()
-    ours = ga.GATConv.from_gat_conv(ref)
+    ref = pyg_cls(8, 4, heads=2, edge_dim=3).double()
+    ours = getattr(ga_cls, convert)(ref)
     edge_index, edge_attr = _graph()
     results = []
     for conv in (ours, ref):
@@ -173,6 +174,43 @@ def test_scored_attention_refuses_bad_scores():
         ga.ops.scored_attention(torch.zeros(2, 2), value, edge_index, -1)
     out, _ = ga.ops.scored_attention(torch.zeros(2, 2), value, edge_index, 4)
     assert torch.equal(out[0], torch.zeros(2, 3)) and torch.equal(out[3], torch.zeros(2, 3))  # no in-edges: 0
+    with pytest.raises(ValueError, match=r"'loops' to be at most min\(S, num_targets\) = 4 \(got 5\)"):
+        ga.ops.scored_attention(torch.zeros(7, 2), value, edge_index, 4, loops=5)
+    with pytest.raises(ValueError, match=r"'score' to be shape \(E \+ loops, H\) = \(5, 2\)"):
+        ga.ops.scored_attention(torch.zeros(2, 2), value, edge_index, 4, loops=3)
+
+
+def test_scored_attention_loops_equal_the_concatenated_edges():
+    """loops=N is the edge list with (i, i), i < N, appended: same output and weights as passing those edges."""
+    g = torch.Generator().manual_seed(6)
+    value, edge_index = torch.randn(5, 2, 3, generator=g, dtype=torch.float64), torch.tensor([[0, 1, 4], [1, 2, 2]])
+    score = torch.randn(3 + 4, 2, generator=g, dtype=torch.float64)
+    whole = torch.cat([edge_index, torch.arange(4).expand(2, -1)], dim=1)  # (2, 7)
+    got = ga.ops.scored_attention(score, value, edge_index, 5, loops=4, need_weights=True)
+    want = ga.ops.scored_attention(score, value, whole, 5, need_weights=True)
+    assert (got[0] - want[0]).abs().max() < 1e-12 and (got[1] - want[1]).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)
+def test_self_loops_build_the_structure_once_and_return_pygs_edges(pyg_cls, ga_cls, convert):
+    """add_self_loops=True: later calls on one graph hit the structure cache (the loops' structure is kept under
+    edge_index, not rebuilt per call), and the returned edges are PyG's (an EdgeIndex stays one)."""
+    from torch_geometric import EdgeIndex
+
+    torch.manual_seed(5)
+    ref = pyg_cls(8, 4, heads=2).double()
+    ours = getattr(ga_cls, convert)(ref)
+    x, (edge_index, _) = torch.randn(13, 8, dtype=torch.float64), _graph()
+    ours(x, edge_index)
+    misses = ga.ops.structure._CACHE.misses
+    for _ in range(3):
+        ours(x, edge_index).sum().backward()
+    assert ga.ops.structure._CACHE.misses == misses
+    index = EdgeIndex(edge_index, sparse_size=(13, 13))
+    got, want = ours(x, index, return_attention_weights=True), ref(x, index, return_attention_weights=True)
+    assert type(got[1][0]) is type(want[1][0]) is EdgeIndex
+    assert torch.equal(got[1][0].as_tensor(), want[1][0].as_tensor())
+    assert (got[1][1] - want[1][1]).abs().max() < 1e-10 and (got[0] - want[0]).abs().max() < 1e-10
 
 
 @pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)

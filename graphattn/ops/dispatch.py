@@ -264,15 +264,20 @@ def _check_edge_list(edge_index) -> None:
     check_edge_list("edge_index", edge_index, "a LongTensor (2, E) or a graphattn.patterns.Pattern")
 
 
-def _edge_attention(query, key, value, edge_index, edge_bias, scale: float, p: float, need_weights: bool, impl: str):
-    """``graphattn::attention`` on an edge list: half types in float32 (Notes), dropout applied to the weights."""
+def _edge_attention(
+    query, key, value, edge_index, edge_bias, scale: float, p: float, need_weights: bool, impl: str, loops: int = 0
+):
+    """``graphattn::attention`` on an edge list: half types in float32 (Notes), dropout applied to the weights.
+
+    ``loops``: the edges ``(i, i)``, ``i < loops``, follow ``edge_index``'s (:func:`prepare`).
+    """
     dtype = query.dtype
     acc = compute_dtype(dtype)
     if acc != dtype:  # half types: scores, softmax and sums in float32 (Notes); rounded once at the end
         query, key, value, edge_bias = (None if t is None else t.to(acc) for t in (query, key, value, edge_bias))
     tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, edge_bias))
     out, alpha, keep = attention_op(
-        query, key, value, edge_index, edge_bias, scale, p, need_weights or tracked, impl, not need_weights
+        query, key, value, edge_index, edge_bias, scale, p, need_weights or tracked, impl, not need_weights, loops
     )  # alpha only for the backward: kept in sorted order
     out = out.to(dtype)  # (L, H, D_v)
     if not need_weights:

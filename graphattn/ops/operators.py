@@ -13,7 +13,10 @@ path is what a compiled model runs.
   :mod:`graphattn.ops.structure`), the kernel :func:`choose_impl` picks, the
   weights before dropout in the caller's edge order (``(0, H)`` unless
   ``need_alpha``) and dropout's keep mask (``(0, H)`` unless ``dropout > 0``
-  and ``need_alpha``).
+  and ``need_alpha``). Two trailing arguments: ``sorted_alpha`` (the weights
+  in the structure's order) and ``loops`` (the edges ``(i, i)``, ``i < loops``,
+  follow ``edge_index``'s: GAT's self-loops, whose structure is then cached
+  under ``edge_index`` although the caller appends them on every call).
 - ``graphattn::attention_backward(...) -> (dq, dk, dv, d_score (E, H))``: the
   hand-written backward of the same kernel, from the saved weights.
 - ``graphattn::ragged_attention(query, key, value, batch, causal, scale,
@@ -157,16 +160,19 @@ def attention_op(
     need_alpha: bool,
     impl: str,
     sorted_alpha: bool = False,
+    loops: int = 0,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Attention along ``edge_index``: ``out (L, H, D_v)``, ``alpha (E, H)`` and ``keep (E, H)`` (see module).
 
     ``sorted_alpha``: ``alpha`` and ``keep`` in the structure's sorted edge order (what the backward
     reads), not the caller's: for training without the weights, two gathers fewer per call.
+    ``loops``: the graph is ``edge_index`` followed by the edges ``(i, i)``, ``i < loops`` (GAT's
+    self-loops; ``E`` counts them), its structure cached under ``edge_index`` (:func:`prepare`).
     """
     L, H, _ = query.shape
     S = key.size(0)
     check_bias_values(edge_bias)
-    graph = prepare(edge_index, L, S, device=query.device)
+    graph = prepare(edge_index, L, S, device=query.device, loops=loops)
     chosen = choose_impl(graph, query, key, value, edge_bias, impl)
     bias = None if edge_bias is None else graph.sort(edge_bias)  # (E, H or 1) sorted
     p = dropout
@@ -201,9 +207,9 @@ def attention_op(
 
 
 @attention_op.register_fake
-def _(query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl, sorted_alpha=False):
+def _(query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl, sorted_alpha=False, loops=0):
     L, H, _ = query.shape
-    E = edge_index.size(1)
+    E = edge_index.size(1) + loops
     out = query.new_empty(L, H, value.size(2))
     alpha = query.new_empty(E if need_alpha else 0, H)
     keep = query.new_empty(E if need_alpha and dropout > 0.0 else 0, H, dtype=torch.bool)
@@ -226,6 +232,7 @@ def attention_backward_op(
     impl: str,
     need_ds: bool,
     sorted_alpha: bool = False,
+    loops: int = 0,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``dq (L, H, D)``, ``dk (S, H, D)``, ``dv (S, H, D_v)`` and ``d score (E, H)`` (``(0, H)`` unless ``need_ds``).
 
@@ -233,7 +240,7 @@ def attention_backward_op(
     """
     L, H, _ = query.shape
     S = key.size(0)
-    graph = prepare(edge_index, L, S, device=query.device)
+    graph = prepare(edge_index, L, S, device=query.device, loops=loops)
     chosen = choose_impl(graph, query, key, value, edge_bias, impl)  # the forward's choice (same inputs)
     to_sorted = (lambda x: x.t()) if sorted_alpha else (lambda x: graph.sort(x).t())  # (E, H) -> (H, E) sorted
     args = (
@@ -280,21 +287,22 @@ def _(
     impl,
     need_ds,
     sorted_alpha=False,
+    loops=0,
 ):
     H = query.size(1)
     return (
         torch.empty_like(query),
         torch.empty_like(key),
         torch.empty_like(value),
-        query.new_empty(edge_index.size(1) if need_ds else 0, H),
+        query.new_empty(edge_index.size(1) + loops if need_ds else 0, H),
     )
 
 
 def _setup_attention(ctx, inputs, output):
-    query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl, sorted_alpha = inputs
+    query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl, sorted_alpha, loops = inputs
     _, alpha, keep = output
     ctx.save_for_backward(query, key, value, edge_index, edge_bias, alpha, keep)
-    ctx.scale, ctx.dropout, ctx.impl, ctx.sorted_alpha = scale, dropout, impl, sorted_alpha
+    ctx.scale, ctx.dropout, ctx.impl, ctx.sorted_alpha, ctx.loops = scale, dropout, impl, sorted_alpha, loops
 
 
 def _attention_backward(ctx, grad_out, grad_alpha, _grad_keep):
@@ -307,7 +315,10 @@ def _attention_backward(ctx, grad_out, grad_alpha, _grad_keep):
     needs = ctx.needs_input_grad
     if torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
         if ctx.sorted_alpha and keep is not None:  # the reference reads the mask in the caller's order
-            keep = prepare(edge_index, query.size(0), key.size(0), device=query.device).unsort(keep)
+            keep = prepare(edge_index, query.size(0), key.size(0), device=query.device, loops=ctx.loops).unsort(keep)
+        if ctx.loops:  # the reference reads the whole edge list: the loops appended
+            loop = torch.arange(ctx.loops, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
+            edge_index = torch.cat([edge_index, loop.expand(2, -1)], dim=1)  # (2, E + N)
         return _differentiable_backward(
             query, key, value, edge_index, edge_bias, keep, ctx.scale, ctx.dropout, grad_out, grad_alpha, needs
         )
@@ -327,11 +338,12 @@ def _attention_backward(ctx, grad_out, grad_alpha, _grad_keep):
         ctx.impl,
         need_ds,
         ctx.sorted_alpha,
+        ctx.loops,
     )
     d_bias = None
     if need_ds:
         d_bias = ds if edge_bias.size(1) > 1 else ds.sum(1, keepdim=True)  # (E, H) or (E, 1)
-    return dq, dk, dv, None, d_bias, None, None, None, None, None
+    return dq, dk, dv, None, d_bias, None, None, None, None, None, None
 
 
 def reference_attention(query, key, value, edge_index, edge_bias, keep, scale: float, p: float):
@@ -362,7 +374,7 @@ def _differentiable_backward(query, key, value, edge_index, edge_bias, keep, sca
         if need and t is not None
     ]
     if not inputs:
-        return None, None, None, None, None, None, None, None, None, None
+        return (None,) * 11
     with torch.enable_grad():
         # a view of each input (not the input itself): query, key and value may be one tensor, and the
         # gradient of each use is wanted apart; a view stays connected to what the input depends on
@@ -377,7 +389,7 @@ def _differentiable_backward(query, key, value, edge_index, edge_bias, keep, sca
         result = torch.autograd.grad(outputs, wrt, grads, create_graph=True, allow_unused=True)
     result = list(result) + [None] * (4 - len(result))
     dq, dk, dv, d_bias = (r if need else None for r, need in zip(result, (needs[0], needs[1], needs[2], needs[4])))
-    return dq, dk, dv, None, d_bias, None, None, None, None, None
+    return dq, dk, dv, None, d_bias, None, None, None, None, None, None
 
 
 attention_op.register_autograd(_attention_backward, setup_context=_setup_attention)

@@ -20,6 +20,7 @@ def scored_attention(
     dropout: float = 0.0,
     training: bool = True,
     need_weights: bool = False,
+    loops: int = 0,
 ) -> tuple[Tensor, Tensor | None]:
     r"""Softmax of given edge scores over each target's incoming edges, then the weighted sum of values.
 
@@ -35,9 +36,10 @@ def scored_attention(
 
     Parameters
     ----------
-    score : Tensor, shape (E, H)
-        Score of each edge and head, in the order of ``edge_index``; ``-inf``
-        gives an edge the weight 0 (NaN and ``+inf`` are refused).
+    score : Tensor, shape (E + loops, H)
+        Score of each edge and head, in the order of ``edge_index`` (then
+        the loops); ``-inf`` gives an edge the weight 0 (NaN and ``+inf`` are
+        refused).
     value : Tensor, shape (S, H, D_v)
         One row per source node j.
     edge_index : Tensor, shape (2, E)
@@ -48,13 +50,18 @@ def scored_attention(
         Dropout on the weights, in [0, 1).
     training : bool, default True
     need_weights : bool, default False
-        Also return ``alpha (E, H)`` (after dropout).
+        Also return ``alpha (E + loops, H)`` (after dropout).
+    loops : int, default 0
+        The edges ``(i, i)`` for ``i < loops`` (at most ``min(S, L)``) follow
+        ``edge_index``'s, as if concatenated to it: GAT's self-loops. Their
+        structure is cached under ``edge_index`` itself, so a model that
+        appends them on every call (compiled too) sorts the edges once.
 
     Returns
     -------
     output : Tensor, shape (L, H, D_v)
         A target without incoming edges gets an exact zero row.
-    alpha : Tensor, shape (E, H), or None
+    alpha : Tensor, shape (E + loops, H), or None
 
     Raises
     ------
@@ -79,18 +86,23 @@ def scored_attention(
     check_tensor("value", value, dim=3, shape_text="(S, H, D_v)", floating=True)
     _check_edge_list(edge_index)
     S, H, _ = value.shape
-    if not isinstance(score, Tensor) or score.dim() != 2 or score.shape != (edge_index.size(1), H):
+    num_targets = check_int("num_targets", num_targets, low=0)
+    loops = check_int("loops", loops, low=0)
+    if not torch.compiler.is_compiling() and loops > min(S, num_targets):  # (compiled: the operator checks)
+        raise ValueError(message("loops", f"at most min(S, num_targets) = {min(S, num_targets)}", loops))
+    E = edge_index.size(1) + loops
+    if not isinstance(score, Tensor) or score.dim() != 2 or score.shape != (E, H):
         got = tuple(score.shape) if isinstance(score, Tensor) else type(score).__name__
-        raise ValueError(message("score", f"shape (E, H) = {(edge_index.size(1), H)}", got))
+        shape_text = "(E + loops, H)" if loops else "(E, H)"
+        raise ValueError(message("score", f"shape {shape_text} = {(E, H)}", got))
     check_tensor("score", score, floating=True)
     if score.dtype != value.dtype:
         raise TypeError(message("score", f"of the dtype of 'value' ({value.dtype})", score.dtype))
-    num_targets = check_int("num_targets", num_targets, low=0)
     if not torch.compiler.is_compiling() and score.numel() and bool((score.isnan() | score.isposinf()).any()):
         raise ValueError(message("score", "free of NaN and +inf", "a NaN or +inf entry", "-inf gives weight 0"))
     dropout = check_probability("dropout", dropout)
     p = dropout if check_bool("training", training) else 0.0
     check_bool("need_weights", need_weights)
-    edge_bias = check_edge_bias(score, edge_index.size(1), H, dtype=value.dtype, check_values=False)
+    edge_bias = check_edge_bias(score, E, H, dtype=value.dtype, check_values=False)
     empty = value.new_empty(num_targets, H, 0), value.new_empty(S, H, 0)  # no query/key channels
-    return _edge_attention(*empty, value, edge_index, edge_bias, 1.0, p, need_weights, "auto")
+    return _edge_attention(*empty, value, edge_index, edge_bias, 1.0, p, need_weights, "auto", loops)

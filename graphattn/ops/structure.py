@@ -277,7 +277,7 @@ def pattern_edges(pattern, num_targets: int, num_sources: int, device=None) -> T
     )
 
 
-def prepare(edge_index, num_targets: int, num_sources: int | None = None, device=None) -> _Graph:
+def prepare(edge_index, num_targets: int, num_sources: int | None = None, device=None, loops: int = 0) -> _Graph:
     """Sort and index the edges once (CSR by target, tile layout) for :func:`attention`.
 
     :func:`attention` calls this itself and keeps the result in one
@@ -296,6 +296,10 @@ def prepare(edge_index, num_targets: int, num_sources: int | None = None, device
         S, the number of keys (default L).
     device : torch.device, optional
         Where a pattern's edges are built (default CPU).
+    loops : int, default 0
+        The graph is ``edge_index`` followed by ``loops`` edges ``(i, i)``,
+        ``i < loops`` (GAT's self-loops): cached under ``edge_index`` itself,
+        so a model that appends them every step builds the structure once.
 
     Returns
     -------
@@ -314,9 +318,14 @@ def prepare(edge_index, num_targets: int, num_sources: int | None = None, device
 
         def build():
             check_edge_index(edge_index, S, L)
-            return _Graph(edge_index, L, S)
+            if not loops:
+                return _Graph(edge_index, L, S)
+            if loops > min(L, S):
+                raise ValueError(message("loops", f"at most min(S, L) = {min(L, S)}", loops))
+            loop = torch.arange(loops, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
+            return _Graph(torch.cat([edge_index, loop.expand(2, -1)], dim=1), L, S)  # (2, E + N)
 
-        return _CACHE.get(("edges", L, S), (edge_index,), build)
+        return _CACHE.get(("edges", L, S, loops), (edge_index,), build)
     if not is_pattern(edge_index):
         raise TypeError(
             message("edge_index", "a LongTensor (2, E) or a graphattn.patterns.Pattern", type(edge_index).__name__)
