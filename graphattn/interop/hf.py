@@ -4,7 +4,7 @@
 transformers' ``AttentionInterface`` [1]_ and its mask builder
 (:func:`graph_mask`) to ``AttentionMaskInterface``. Nothing is registered at
 import: :func:`register` runs on first use (:func:`load_model`,
-:func:`load_minilm`, :func:`sparsity`, :func:`recording`) or when you call
+:func:`load_local`, :func:`load_minilm`, :func:`sparsity`, :func:`recording`) or when you call
 it; it is idempotent and thread-safe. A model then loaded with
 ``attn_implementation="graphattn"`` calls :func:`graphattn.attention` in every
 self-attention layer, over one disjoint graph holding the whole batch (the
