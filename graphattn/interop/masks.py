@@ -286,8 +286,8 @@ def place(tokens: Tensor, mask_of, shape: tuple[int, ...] = ()) -> Tensor:
 
     Returns
     -------
-    Tensor, shape (B, *shape, S, S), dtype bool
-        On ``tokens``' device.
+    Tensor, dtype bool
+        Shape ``(B, *shape, S, S)``, on ``tokens``' device.
     """
     num_b, num_k = tokens.shape
     out = torch.zeros(num_b, *shape, num_k, num_k, dtype=torch.bool, device=tokens.device)  # (B, *shape, S, S)
