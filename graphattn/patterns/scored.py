@@ -120,7 +120,7 @@ def threshold_mask(scores: Tensor, tau: float) -> Tensor:
     Returns
     -------
     Tensor, shape (..., L, S), dtype bool
-        True = query i keeps key j.
+        ``scores >= tau``: True = query i keeps key j.
 
     Raises
     ------
