@@ -7,8 +7,8 @@ import torch
 from conftest import assert_close
 
 from graphattn import patterns, prune
-from graphattn.patterns import topk_mask
-from graphattn.prune.specs import parse_spec, threshold_keep
+from graphattn.patterns import threshold_mask, topk_mask
+from graphattn.prune.specs import parse_spec
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_data_dependent_specs_match_patterns_per_head():
         assert torch.equal(parse_spec("threshold:0.12").keep(weights)[h], patterns.threshold(weights[h], 0.12).mask())
     union = parse_spec("topk:2|window:1").keep(weights)
     assert torch.equal(union, topk_mask(weights, 2) | patterns.window(1, 1).mask(9))
-    assert torch.equal(threshold_keep(weights, 2.0), torch.zeros_like(keep))
+    assert torch.equal(threshold_mask(weights, 2.0), torch.zeros_like(keep))
 
 
 def test_topk_mask_budget_copies_the_per_query_budget():
@@ -323,8 +323,9 @@ def test_prune_refuses_a_max_length_beyond_the_position_embeddings(capsys):
 
     assert cli.main(["prune", "--max-length", "513"]) == 2
     err = capsys.readouterr().err
-    assert (
-        err == "graphattn prune: error: Expected 'max_length' to be an int in [8, 512] (got 513)\n"
+    assert err == (
+        "graphattn prune: error: Expected 'max_length' to be at most the model's 512 positions "
+        "(config.max_position_embeddings) (got 513)\n"
     )  # no weights loaded
 
 

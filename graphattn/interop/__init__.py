@@ -3,8 +3,11 @@
 - :mod:`graphattn.interop.hf`: run Hugging Face transformers models (BERT,
   GPT-2, ...) with every attention layer as graph attention
   (``attn_implementation="graphattn"``; call :func:`register` first, or load
-  with :func:`load_model`), the packaged all-MiniLM-L6-v2 loader, sentence
-  embeddings, and the per-layer hooks :func:`sparsity` and :func:`recording`.
+  with :func:`load_model`), the local-model loader (:func:`load_local`, the
+  packaged all-MiniLM-L6-v2 by default), the one max-length check, pooling and
+  sentence embeddings, and the per-layer hooks :func:`sparsity` and :func:`recording`.
+- :mod:`graphattn.interop.local`: local model folders (a folder, or an
+  installed package with ``get_model_path()``), their config and pooling.
 - :mod:`graphattn.interop.hooks`: the attention function transformers calls,
   and the per-module state of those hooks.
 - :mod:`graphattn.interop.masks`: transformers' attention masks as one
@@ -33,6 +36,7 @@ _LAZY = {
     "recording": "hf",
     "check_model": "hf",
     "load_model": "hf",
+    "load_local": "hf",
     "load_minilm": "hf",
     "sentence_embeddings": "hf",
     "attention_conv_from_hf": "hf_conv",
@@ -40,7 +44,7 @@ _LAZY = {
     "attention_records": "records",
 }
 
-_MODULES = {"explain", "hf", "hf_conv", "hooks", "masks", "records"}
+_MODULES = {"explain", "hf", "hf_conv", "hooks", "local", "masks", "records"}
 
 __all__ = sorted(_LAZY)
 

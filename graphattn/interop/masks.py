@@ -43,7 +43,16 @@ from graphattn.graphs import dense_to_edge_weights, edge_index_to_mask, edge_wei
 from graphattn.patterns import is_pattern
 from graphattn.validate import check_int, message
 
-__all__ = ["BatchGraph", "graph_from_mask", "base_graph", "sparse_graph", "note_padding", "clear_cache", "keep_graphs"]
+__all__ = [
+    "BatchGraph",
+    "graph_from_mask",
+    "base_graph",
+    "sparse_graph",
+    "place",
+    "note_padding",
+    "clear_cache",
+    "keep_graphs",
+]
 
 
 def _stacked(t: Tensor) -> Tensor:
@@ -253,18 +262,44 @@ def pattern_mask(pattern, graph: BatchGraph) -> Tensor:
         out = _cached_rows(pattern, valid, num_q)  # (B, 1, L, S)
         graph.derived[pattern] = out
         return out
-    built: dict[int, Tensor] = {}
-    parts = [torch.empty(2, 0, dtype=torch.long, device=device)]
-    for b in range(num_b):
-        tokens = valid[b].nonzero().squeeze(1)  # (n,) padded position of each of the sequence's n tokens
-        n = tokens.numel()
-        if n not in built:
-            built[n] = pattern.edge_index(n).to(device)  # (2, E_n) in token ids
-        local = tokens[built[n]]  # (2, E_n): token ids -> padded positions
-        parts.append(torch.stack([local[0], local[1] + b * num_q]))  # (2, E_n): (j, b*L + i)
-    rows = torch.cat(parts, dim=1)  # (2, E)
-    out = edge_index_to_mask(rows, (num_k, num_b * num_q)).view(num_b, 1, num_q, num_k)  # (B, 1, L, S)
+    out = place(valid, lambda n: edge_index_to_mask(pattern.edge_index(n), (n, n)), (1,))  # (B, 1, L, S)
     graph.derived[pattern] = out
+    return out
+
+
+def place(tokens: Tensor, mask_of, shape: tuple[int, ...] = ()) -> Tensor:
+    """Masks over each sequence's own tokens, put at their padded positions: the one placement.
+
+    Sequence b's tokens are the positions where ``tokens[b]`` is True, in
+    order; ``mask_of(n)`` gives the mask over n tokens, shape ``(*shape, n, n)``
+    (True = may attend), computed once per distinct n. Padding positions get
+    no edge, so left and right padding place the same pattern.
+
+    Parameters
+    ----------
+    tokens : Tensor, shape (B, S), dtype bool
+        True = a real token of the sequence.
+    mask_of : callable
+        ``n -> Tensor (*shape, n, n)`` bool, on any device.
+    shape : tuple of int, default ()
+        The leading shape of each mask (``(H,)`` for one mask per head).
+
+    Returns
+    -------
+    Tensor, dtype bool
+        Shape ``(B, *shape, S, S)``, on ``tokens``' device.
+    """
+    num_b, num_k = tokens.shape
+    out = torch.zeros(num_b, *shape, num_k, num_k, dtype=torch.bool, device=tokens.device)  # (B, *shape, S, S)
+    built: dict[int, Tensor] = {}
+    for b in range(num_b):
+        where = tokens[b].nonzero().squeeze(1)  # (n,) padded position of each of the sequence's n tokens
+        n = where.numel()
+        if n == 0:
+            continue
+        if n not in built:
+            built[n] = mask_of(n).to(tokens.device)  # (*shape, n, n)
+        out[b][..., where.unsqueeze(1), where] = built[n]  # (*shape, n, n) into the padded positions
     return out
 
 

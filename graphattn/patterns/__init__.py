@@ -16,7 +16,8 @@ queries and S keys (S defaults to L) it gives
 Every other pattern's ``bind`` returns itself (``topk``/``threshold`` check the
 size). ``a | b`` and ``a & b`` compose; ``kind`` is "full", "causal" or None,
 for the kernels' dispatch. :func:`is_pattern` is the one pattern check and
-:func:`topk_mask` the one (batched) top-k.
+:func:`topk_mask` the one (batched) top-k,
+:func:`threshold_mask` the one (batched) threshold.
 
 Modules, by concept: ``base`` (Pattern, composition, size limits), ``local``
 (full, causal, windows), ``sparse_transformer`` (strided, fixed), ``mixtures``
@@ -37,7 +38,7 @@ from graphattn.patterns.base import MAX_ELEMENTS, MAX_LENGTH, Pattern, is_patter
 from graphattn.patterns.connectivity import DIAMETER_MAX_L, REACH_MAX_L, stats
 from graphattn.patterns.local import causal, dilated, flash_window, full, longformer_window, window
 from graphattn.patterns.mixtures import bigbird, global_tokens, longformer, random
-from graphattn.patterns.scored import threshold, topk, topk_mask
+from graphattn.patterns.scored import threshold, threshold_mask, topk, topk_mask
 from graphattn.patterns.sparse_transformer import fixed, strided
 from graphattn.patterns.spec import from_spec
 
@@ -59,6 +60,7 @@ __all__ = [
     "topk",
     "topk_mask",
     "threshold",
+    "threshold_mask",
     "from_spec",
     "stats",
     "MAX_LENGTH",

@@ -1,8 +1,9 @@
-"""Data-dependent patterns read off dense scores: the one top-k, and a threshold.
+"""Data-dependent patterns read off dense scores: the one top-k, and the one threshold.
 
 :func:`topk_mask` is the one top-k of the project: batched over any leading
-axes (layers, heads), ties to the lower key index. :func:`topk` and
-:func:`threshold` wrap one layer and head as a :class:`~graphattn.patterns.Pattern`.
+axes (layers, heads), ties to the lower key index; :func:`threshold_mask` the
+one threshold, batched the same way. :func:`topk` and :func:`threshold` wrap
+one layer and head as a :class:`~graphattn.patterns.Pattern`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from torch import Tensor
 from graphattn.patterns.base import Pattern
 from graphattn.validate import check_float, check_int, check_tensor, message
 
-__all__ = ["topk_mask", "topk", "threshold"]
+__all__ = ["topk_mask", "threshold_mask", "topk", "threshold"]
 
 
 def _scores(scores, dim=None, shape_text="(..., L, S)") -> Tensor:
@@ -103,6 +104,40 @@ def topk_mask(scores: Tensor, k) -> Tensor:
     return (above | (tie & (tie.cumsum(-1) <= need))) & (counts > 0)  # (..., L, S)
 
 
+def threshold_mask(scores: Tensor, tau: float) -> Tensor:
+    """The keys whose score reaches ``tau``, batched: (..., L, S) scores -> (..., L, S) bool.
+
+    Rule: query i keeps key j when ``scores[..., i, j] >= tau``, for every
+    leading index (layer, head). A query may keep no key.
+
+    Parameters
+    ----------
+    scores : Tensor, shape (..., L, S), floating point
+        E.g. per-layer, per-head softmax weights (layers, H, L, S); rows are queries.
+    tau : float
+        A finite threshold in the scores' units (for softmax weights, a probability in [0, 1]).
+
+    Returns
+    -------
+    Tensor, shape (..., L, S), dtype bool
+        ``scores >= tau``: True = query i keeps key j.
+
+    Raises
+    ------
+    TypeError
+        ``scores`` not a floating-point Tensor, or ``tau`` not a real number.
+    ValueError
+        ``scores`` with fewer than 2 dimensions or a NaN; ``tau`` not finite.
+
+    Examples
+    --------
+    >>> threshold_mask(torch.tensor([[0.1, 0.7], [0.5, 0.5]]), 0.5).int().tolist()
+    [[0, 1], [1, 1]]
+    """
+    scores, tau = _scores(scores), check_float("tau", tau)
+    return scores >= tau  # (..., L, S)
+
+
 class _Scored(Pattern):
     """A pattern read off dense scores (L, S) of one layer and head; its size is fixed."""
 
@@ -156,6 +191,8 @@ def topk(scores: Tensor, k: int) -> Pattern:
 def threshold(scores: Tensor, tau: float) -> Pattern:
     """Keys whose score reaches a threshold: (i, j) is an edge when scores[i, j] >= tau.
 
+    Rule: :func:`threshold_mask` of one layer and head.
+
     ``scores`` is one layer and head, shape (L, S); tau is a finite number in the
     scores' units (for softmax weights, a probability in [0, 1]). A query may keep
     no key (its output row is then exactly 0). Sizes as in :func:`topk`.
@@ -167,5 +204,7 @@ def threshold(scores: Tensor, tau: float) -> Pattern:
     """
     scores, tau = _scores(scores, 2, "(L, S)").detach().cpu(), check_float("tau", tau)
     return _Scored(
-        scores >= tau, f"threshold_{tau:g}", f"threshold(scores=<Tensor {tuple(scores.shape)}>, tau={tau!r})"
+        threshold_mask(scores, tau),
+        f"threshold_{tau:g}",
+        f"threshold(scores=<Tensor {tuple(scores.shape)}>, tau={tau!r})",
     )

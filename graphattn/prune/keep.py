@@ -16,9 +16,10 @@ import torch
 from torch import Tensor
 
 from graphattn import patterns
+from graphattn.interop.masks import place
 from graphattn.patterns import topk_mask
 
-__all__ = ["Spec", "dense_weights", "threshold_keep"]
+__all__ = ["Spec", "dense_weights"]
 
 
 def dense_weights(query: Tensor, key: Tensor, valid: Tensor) -> Tensor:
@@ -29,11 +30,6 @@ def dense_weights(query: Tensor, key: Tensor, valid: Tensor) -> Tensor:
     scores = (query @ key.transpose(-1, -2)) * query.shape[-1] ** -0.5  # (B, H, L, D) · (B, H, D, S) -> (B, H, L, S)
     scores = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)  # (B, H, L, S): exp() is exactly 0 there
     return scores.softmax(-1)  # (B, H, L, S)
-
-
-def threshold_keep(weights: Tensor, tau: float) -> Tensor:
-    """Keys whose dense weight reaches ``tau``, per head: (..., L, S) -> (..., L, S) bool."""
-    return weights >= tau
 
 
 @dataclass
@@ -166,25 +162,17 @@ class Spec:
     def _placed(self, valid: Tensor) -> Tensor:
         """The fixed pattern on each sequence's own tokens, inside ``valid (..., L, L)``."""
         present = valid.any(-2).reshape(-1, valid.shape[-1])  # (sequences, L): tokens that exist
-        out = torch.zeros(
-            present.shape[0], valid.shape[-2], valid.shape[-1], dtype=torch.bool, device=valid.device
-        )  # (sequences, L, L)
-        for sequence, tokens in zip(out, present):
-            where = tokens.nonzero().squeeze(1)  # (n,): positions of the n tokens
-            sequence[where.unsqueeze(1), where] = self.pattern_mask(where.numel()).to(valid.device)  # (n, n)
+        out = place(present, self.pattern_mask)  # (sequences, L, L)
         return out.view(valid.shape) & valid  # (..., L, L)
 
     def _drawn(self, valid: Tensor, layer: int, heads: int) -> Tensor:
         """A draw per head of ``layer`` on each sequence's own tokens: ``valid (B, 1, L, S)`` -> (B, H, L, S)."""
-        present = valid.any(-2).reshape(-1, valid.shape[-1])  # (B, L): tokens that exist
-        out = torch.zeros(
-            present.shape[0], heads, valid.shape[-2], valid.shape[-1], dtype=torch.bool, device=valid.device
-        )  # (B, H, L, S)
-        for sequence, tokens in zip(out, present):
-            where = tokens.nonzero().squeeze(1)  # (n,): positions of the n tokens
-            n = where.numel()
+
+        def drawn(n: int) -> Tensor:  # (H, n, n), each head's draw cached
             for h in range(heads):
                 if (n, layer, h) not in self._masks:
                     self._masks[(n, layer, h)] = self.draw(n, layer, h)  # (n, n)
-                sequence[h, where.unsqueeze(1), where] = self._masks[(n, layer, h)].to(valid.device)
-        return out & valid  # (B, H, L, S)
+            return torch.stack([self._masks[(n, layer, h)] for h in range(heads)])
+
+        present = valid.any(-2).reshape(-1, valid.shape[-1])  # (B, L): tokens that exist
+        return place(present, drawn, (heads,)) & valid  # (B, H, L, S)

