@@ -109,7 +109,7 @@ def _weights(edge_index: Tensor, alpha: Tensor, masked: Tensor, num_nodes) -> tu
     """PyG's returned ``(edge_index, alpha)``: the graph's own loops dropped, the added ones last.
 
     Their number depends on the values: under ``torch.compile(fullgraph=True)`` this needs
-    ``torch._dynamo.config.capture_dynamic_output_shape_ops = True``. An ``EdgeIndex`` comes back as
+    dynamo's ``capture_dynamic_output_shape_ops`` option set to True. An ``EdgeIndex`` comes back as
     PyG returns it (its own ``remove_self_loops`` / ``add_self_loops``: the same edges, in the same order).
     """
     kept = ~masked  # (E + N,)
