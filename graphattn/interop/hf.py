@@ -154,10 +154,14 @@ def check_model(model: nn.Module) -> list[nn.Module]:
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if impl != IMPLEMENTATION:
         raise ValueError(
-            f"Expected 'model' ({name}) to run with attn_implementation={IMPLEMENTATION!r} (got "
-            f"{impl!r}); call graphattn.interop.register(), then load it with "
-            f"attn_implementation={IMPLEMENTATION!r} or call model.set_attn_implementation("
-            f"{IMPLEMENTATION!r}) (or load it with graphattn.interop.load_model)"
+            message(
+                "model",
+                f"a {name} running with attn_implementation={IMPLEMENTATION!r}",
+                f"{impl!r}",
+                f"call graphattn.interop.register(), then load it with attn_implementation={IMPLEMENTATION!r} "
+                f"or call model.set_attn_implementation({IMPLEMENTATION!r}) (or load it with "
+                "graphattn.interop.load_model)",
+            )
         )
     compatible = getattr(type(model), "is_backend_compatible", None)
     modules = hooks.attention_modules(model)
@@ -275,9 +279,9 @@ def sparsity(model: nn.Module, spec, observe=None):
     register()
     modules = check_model(model)
     if not (is_pattern(spec) or callable(spec)):
-        raise TypeError(f"Expected 'spec' to be a Pattern or a callable (got {type(spec).__name__})")
+        raise TypeError(message("spec", "a Pattern or a callable", type(spec).__name__))
     if observe is not None and not callable(observe):
-        raise TypeError(f"Expected 'observe' to be a callable or None (got {type(observe).__name__})")
+        raise TypeError(message("observe", "a callable or None", type(observe).__name__))
     with hooks.active("sparsity", model, modules, (spec, observe)):
         yield model
 

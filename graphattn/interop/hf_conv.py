@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from graphattn.conv import AttentionConv
+from graphattn.validate import message
 
 __all__ = ["attention_conv_from_hf"]
 
@@ -41,21 +42,24 @@ def attention_conv_from_hf(module: nn.Module):
         out_proj, dropout = None, module.dropout.p
     elif hasattr(module, "c_attn") and hasattr(module, "c_proj"):
         if getattr(module, "is_cross_attention", False):
-            raise NotImplementedError("Expected a GPT-2 self-attention module (got cross-attention)")
+            raise NotImplementedError(message("module", "a GPT-2 self-attention module", "cross-attention"))
         heads = module.num_heads
         w, b = module.c_attn.weight.t(), module.c_attn.bias  # (3F, F), (3F,)
         weights = list(zip(w.chunk(3), b.chunk(3)))
         out_proj, dropout = (module.c_proj.weight.t(), module.c_proj.bias), module.attn_dropout.p
     else:
         raise TypeError(
-            "Expected a BertSelfAttention-like module (query/key/value nn.Linear) or a GPT2Attention "
-            f"(c_attn/c_proj) (got {type(module).__name__})"
+            message(
+                "module",
+                "a BertSelfAttention-like module (query/key/value nn.Linear) or a GPT2Attention (c_attn/c_proj)",
+                type(module).__name__,
+            )
         )
     in_channels, out_channels = weights[0][0].size(1), weights[0][0].size(0)
     dim = out_channels // heads
     scaling = getattr(module, "scaling", dim**-0.5)
     if abs(scaling - dim**-0.5) > 1e-12 * dim**-0.5:
-        raise NotImplementedError(f"Expected the module's scaling to be 1/sqrt(D) = {dim**-0.5} (got {scaling})")
+        raise NotImplementedError(message("module.scaling", f"1/sqrt(D) = {dim**-0.5}", scaling))
     ref = weights[0][0]
     conv = AttentionConv(
         in_channels,

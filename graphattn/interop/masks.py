@@ -41,7 +41,7 @@ from torch import Tensor
 from graphattn.cache import ContentCache
 from graphattn.graphs import dense_to_edge_weights, edge_index_to_mask, edge_weights_to_dense, mask_to_edge_index
 from graphattn.patterns import is_pattern
-from graphattn.validate import check_int, message
+from graphattn.validate import check_int, message, shape_message
 
 __all__ = [
     "BatchGraph",
@@ -188,9 +188,7 @@ def base_graph(
     built from the model's padding, padding tokens are absent nodes.
     """
     if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[-2:] != (num_q, num_k)):
-        raise ValueError(
-            f"Expected 'attention_mask' to have shape (B, 1 or H, {num_q}, {num_k}) (got {tuple(attention_mask.shape)})"
-        )
+        raise ValueError(shape_message("attention_mask", f"(B, 1 or H, {num_q}, {num_k})", attention_mask.shape))
     cached = self_attention and num_q <= num_k  # L < S: the last L of S tokens (a KV cache)
     valid = _padding_of(attention_mask) if attention_mask is not None and cached else None
     key = (
@@ -344,8 +342,12 @@ def sparse_graph(graph: BatchGraph, spec, layer: int, query: Tensor, key: Tensor
         keep = result if result.dim() == 4 else result[None, None]  # (B or 1, H or 1, L, S)
         if keep.shape[-2:] != (num_q, num_k) or keep.size(0) not in (1, num_b) or keep.size(1) not in (1, heads):
             raise ValueError(
-                f"Expected the sparsity mask to have shape (L, S) or (B or 1, H or 1, L, S) with "
-                f"B={num_b}, H={heads}, L={num_q}, S={num_k} (got {tuple(result.shape)})"
+                shape_message(
+                    "spec(...)",
+                    f"(L, S) or (B or 1, H or 1, L, S) with B={num_b}, H={heads}, L={num_q}, S={num_k}",
+                    result.shape,
+                    "the mask the sparsity function returned",
+                )
             )
     else:
         got = (
@@ -354,8 +356,7 @@ def sparse_graph(graph: BatchGraph, spec, layer: int, query: Tensor, key: Tensor
             else type(result).__name__
         )
         raise TypeError(
-            "Expected the sparsity function to return None, a Pattern or a bool mask (L, S) or "
-            f"(B, H, L, S), True = may attend (got {got})"
+            message("spec(...)", "None, a Pattern or a bool mask (L, S) or (B, H, L, S), True = may attend", got)
         )
     allowed = graph.allowed & keep.to(graph.allowed.device)  # (B, Hm, L, S)
     return graph_from_mask(allowed, graph.bias, graph.valid)
