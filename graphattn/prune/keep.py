@@ -15,6 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -79,15 +80,21 @@ class Fixed(Rule):
     """
 
     def __init__(self, source: patterns.Pattern | Callable[[int], Tensor], name: str | None = None):
-        self.pattern = source if patterns.is_pattern(source) else None
-        self._fn = None if self.pattern is not None else source
-        self.name = name or (self.pattern.name if self.pattern is not None else getattr(source, "__name__", "custom"))
+        self.pattern: patterns.Pattern | None = None
+        self._fn: Callable[[int], Tensor] | None = None
+        if patterns.is_pattern(source):
+            self.pattern = source
+        else:
+            self._fn = cast(Callable[[int], Tensor], source)
+        self.name = name or str(
+            self.pattern.name if self.pattern is not None else getattr(source, "__name__", "custom")
+        )
         self._masks: dict[int, Tensor] = {}
 
     def mask(self, n: int) -> Tensor:
         """The mask on n tokens, (n, n) bool (cached); a pattern function's answer is checked."""
         if n not in self._masks:
-            mask = self.pattern.mask(n) if self.pattern is not None else self._fn(n)  # (n, n)
+            mask = self._fn(n) if self._fn is not None else cast(patterns.Pattern, self.pattern).mask(n)  # (n, n)
             if not isinstance(mask, Tensor):
                 raise TypeError(
                     f"Expected the pattern function of spec {self.name!r} to return a bool Tensor "
