@@ -125,10 +125,15 @@ def test_a_builder_with_an_unreadable_parameter_is_refused_at_registration(monke
     from graphattn.patterns import spec
 
     monkeypatch.setattr(spec, "FAMILIES", dict(spec.FAMILIES))
-    with pytest.raises(TypeError, match="'shape' of odd to be annotated int, float or Sequence\\[int\\]"):
+    with pytest.raises(TypeError, match="Expected 'odd\\(shape\\)' to be annotated int, float or Sequence\\[int\\]"):
 
         @spec.spec_family("odd")
         def odd(shape: str) -> patterns.Pattern:
             return patterns.full()
 
     assert "odd" not in spec.FAMILIES
+    with pytest.raises(ValueError, match="distinct spec keys .* \\(got 'first' twice\\)"):
+
+        @spec.spec_family("twice")
+        def twice(first_rows: int, first_cols: int) -> patterns.Pattern:
+            return patterns.full()

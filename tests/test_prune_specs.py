@@ -182,3 +182,8 @@ def test_rules_join_as_the_more_general_kind_and_keep_the_union_or_intersection(
         expected[0, head] |= patterns.random(1, seed=1009 * 4 + head).mask(7)
     assert torch.equal(chosen.keep(weights, valid, 4), expected) and chosen.budget is None
     assert parse_spec("topk:2").budget is not None
+
+
+def test_only_a_fixed_spec_gives_one_mask():
+    with pytest.raises(TypeError, match="Expected 'spec' to be a fixed pattern to give one mask \\(got 'topk:3', a"):
+        parse_spec("topk:3").pattern_mask(4)

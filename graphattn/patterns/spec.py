@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
 from graphattn.patterns.base import Pattern
+from graphattn.validate import message
 
 __all__ = [
     "from_spec",
@@ -142,8 +143,11 @@ def _kind(builder: Callable, parameter: inspect.Parameter) -> Kind:
         if annotation in options:
             return kind
     raise TypeError(
-        f"Expected parameter {parameter.name!r} of {builder.__name__} to be annotated int, float or "
-        f"Sequence[int] to be read from a spec (got {parameter.annotation!r})"
+        message(
+            f"{builder.__name__}({parameter.name})",
+            "annotated int, float or Sequence[int] to be read from a spec",
+            repr(parameter.annotation),
+        )
     )
 
 
@@ -181,7 +185,13 @@ def spec_family(name: str, *, complete: Callable[[dict, bool], dict] | None = No
         for parameter in parameters[scored:]:
             key = parameter.name.split("_")[0]
             if key in arguments:
-                raise ValueError(f"Expected distinct spec keys for {builder.__name__} (got {key!r} twice)")
+                raise ValueError(
+                    message(
+                        f"{builder.__name__}'s parameters",
+                        "distinct spec keys (a name up to its first underscore)",
+                        f"{key!r} twice",
+                    )
+                )
             arguments[key] = parameter.name
             params.append((key, _kind(builder, parameter)))
             if parameter.default is inspect.Parameter.empty:

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from graphattn import patterns
 from graphattn.patterns import topk_mask
+from graphattn.validate import message
 
 __all__ = ["Spec", "Rule", "Fixed", "Drawn", "Selected", "dense_weights", "threshold_keep"]
 
@@ -64,7 +65,7 @@ class Rule(ABC):
 
     def at(self, n: int, layer: int, head: int) -> Tensor:
         """The (n, n) mask of one head of ``layer`` on n tokens (fixed and drawn rules)."""
-        raise TypeError(f"Expected a fixed or drawn rule (got {self.name!r}, chosen from the dense weights)")
+        raise TypeError(message("rule", "fixed or drawn", f"{self.name!r}, chosen from the dense weights"))
 
     def __or__(self, other: Rule) -> Rule:
         return _combine("|", self, other)
@@ -258,7 +259,9 @@ class Spec:
     def pattern_mask(self, n: int) -> Tensor:
         """The fixed pattern's mask on n tokens, (n, n) bool (cached)."""
         if not isinstance(self.rule, Fixed):
-            raise TypeError(f"Expected a fixed spec (got {self.text!r}, {type(self.rule).__name__.lower()})")
+            raise TypeError(
+                message("spec", "a fixed pattern to give one mask", f"{self.text!r}, a {type(self.rule).__name__} rule")
+            )
         return self.rule.mask(n)
 
     def select(self, layer: int, query: Tensor, key: Tensor, valid: Tensor):
