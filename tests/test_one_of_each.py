@@ -295,7 +295,7 @@ def test_per_head_draws_are_placed_by_the_same_function():
     tokens = _valid_tokens()
     valid = tokens[:, None, :, None] & tokens[:, None, None, :]  # (B, 1, S, S)
     got = spec.keep(torch.rand(4, 3, 7, 7), valid, layer=1)  # (B, H, S, S)
-    want = _placed_by_hand(tokens, lambda n: torch.stack([spec.draw(n, 1, h) for h in range(3)]))
+    want = _placed_by_hand(tokens, lambda n: torch.stack([spec.rule.at(n, 1, h) for h in range(3)]))
     assert torch.equal(got, want)
 
 

@@ -1,5 +1,7 @@
 """patterns.from_spec: the text grammar of fixed patterns against the builders it names."""
 
+from collections.abc import Sequence
+
 import pytest
 import torch
 
@@ -73,3 +75,65 @@ def test_from_spec_refuses_in_one_line_naming_the_spec(text, fragment):
 def test_from_spec_refuses_a_non_string():
     with pytest.raises(TypeError, match="'text'"):
         patterns.from_spec(8)
+
+
+def test_the_grammar_is_read_off_the_builders_signatures():
+    import inspect
+
+    from graphattn.patterns import spec
+
+    builders = {
+        "window": patterns.window,
+        "longformer": patterns.longformer,
+        "bigbird": patterns.bigbird,
+        "global": patterns.global_tokens,
+        "topk": patterns.topk,
+    }
+    for family, builder in builders.items():
+        params = [p for p in inspect.signature(builder).parameters.values() if p.name != "scores"]
+        assert [key for key, _ in spec.FAMILIES[family].params] == [p.name.split("_")[0] for p in params]
+        assert spec.FAMILIES[family].required == tuple(
+            p.name.split("_")[0] for p in params if p.default is inspect.Parameter.empty
+        )
+    assert spec.FAMILIES["bigbird"].arguments["random"] == "random_blocks"
+    assert spec.FAMILIES["global"].params[0][1] is spec.INDICES and spec.FAMILIES["topk"].scored
+
+
+def test_a_new_decorated_builder_is_a_family_of_both_grammars(monkeypatch):
+    from graphattn import prune
+    from graphattn.patterns import spec
+
+    monkeypatch.setattr(spec, "FAMILIES", dict(spec.FAMILIES))  # registration undone after the test
+
+    @spec.spec_family("band")
+    def band(width: int, first_rows: Sequence[int] = (0,), scale: float = 1.0) -> patterns.Pattern:
+        return patterns.window(width, width) | patterns.global_tokens(first_rows)
+
+    assert [key for key, _ in spec.FAMILIES["band"].params] == ["width", "first", "scale"]
+    got = patterns.from_spec("band:2,first=1+3")
+    assert got.name == (patterns.window(2, 2) | patterns.global_tokens([1, 3])).name
+    assert torch.equal(got.mask(9), patterns.window(2, 2).mask(9) | patterns.global_tokens([1, 3]).mask(9))
+    with pytest.raises(ValueError, match="missing parameter 'width'"):
+        patterns.from_spec("band:first=1")
+    with pytest.raises(ValueError, match="expected 'scale' of 'band' to be a number"):
+        patterns.from_spec("band:2,scale=x")
+    pruned = prune.parse_spec("band:1,first=cls")  # the experiment reads index lists as roles
+    assert torch.equal(pruned.pattern_mask(5), patterns.window(1, 1).mask(5) | patterns.global_tokens([0]).mask(5))
+
+
+def test_a_builder_with_an_unreadable_parameter_is_refused_at_registration(monkeypatch):
+    from graphattn.patterns import spec
+
+    monkeypatch.setattr(spec, "FAMILIES", dict(spec.FAMILIES))
+    with pytest.raises(TypeError, match="Expected 'odd\\(shape\\)' to be annotated int, float or Sequence\\[int\\]"):
+
+        @spec.spec_family("odd")
+        def odd(shape: str) -> patterns.Pattern:
+            return patterns.full()
+
+    assert "odd" not in spec.FAMILIES
+    with pytest.raises(ValueError, match="distinct spec keys .* \\(got 'first' twice\\)"):
+
+        @spec.spec_family("twice")
+        def twice(first_rows: int, first_cols: int) -> patterns.Pattern:
+            return patterns.full()

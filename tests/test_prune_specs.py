@@ -154,3 +154,36 @@ def test_run_experiment_cuts_passages_before_tokenizing(monkeypatch):
         [], passages, model=model, tokenizer=tokenizer, max_length=16, oracle=False, progress=False
     )
     assert len(results) == 1 and max(map(len, seen)) <= prune.corpus.CHARS_PER_TOKEN * 16
+
+
+def test_rules_join_as_the_more_general_kind_and_keep_the_union_or_intersection():
+    from graphattn.prune.keep import Drawn, Fixed, Selected
+
+    fixed = parse_spec("window:1|global:0")
+    assert isinstance(fixed.rule, Fixed) and fixed.pattern is not None  # the patterns' own |
+    assert fixed.pattern.name == (patterns.window(1, 1) | patterns.global_tokens([0])).name
+    function = parse_spec("window:1|global:sep")  # the last token: a pattern function of the length
+    assert isinstance(function.rule, Fixed) and function.pattern is None
+    assert torch.equal(function.pattern_mask(6), patterns.window(1, 1).mask(6) | patterns.global_tokens([5]).mask(6))
+    drawn = parse_spec("random:2,seed=3,per=head&window:2")
+    assert isinstance(drawn.rule, Drawn) and not drawn.data_dependent
+    weights = torch.rand(1, 3, 7, 7).softmax(-1)  # (B, H, L, S)
+    valid = torch.ones(1, 1, 7, 7, dtype=torch.bool)
+    for layer in (0, 4):
+        keep = drawn.keep(weights, valid, layer)  # (1, 3, 7, 7)
+        for head in range(3):
+            draw = patterns.random(2, seed=3 * 1_000_003 + 1009 * layer + head).mask(7)
+            assert torch.equal(keep[0, head], draw & patterns.window(2, 2).mask(7))
+    chosen = parse_spec("topk:2|random:1,per=head")
+    assert chosen.data_dependent and not isinstance(chosen.rule, Selected)  # a join: no top-k budget
+    top2 = weights.argsort(-1, descending=True)[..., :2]  # (1, 3, 7, 2)
+    expected = torch.zeros_like(valid.expand(1, 3, 7, 7)).scatter(-1, top2, True)
+    for head in range(3):
+        expected[0, head] |= patterns.random(1, seed=1009 * 4 + head).mask(7)
+    assert torch.equal(chosen.keep(weights, valid, 4), expected) and chosen.budget is None
+    assert parse_spec("topk:2").budget is not None
+
+
+def test_only_a_fixed_spec_gives_one_mask():
+    with pytest.raises(TypeError, match="Expected 'spec' to be a fixed pattern to give one mask \\(got 'topk:3', a"):
+        parse_spec("topk:3").pattern_mask(4)

@@ -155,3 +155,65 @@ def test_title_tasks_state_their_construction_and_the_nonfirst_variant_avoids_th
     assert "verbatim" in easy.construction and "not the defining paragraph" in hard.construction
     first = prune.make_task("first-sentence", tokenizer, 64, limit=5)
     assert first.construction.startswith("first-sentence: 5 passages") and first.name == prune.tasks.TASKS[0]
+
+
+def _one_layer_call(run, spec, layer, generator):
+    """One attention call through ``run``'s select and observe, sparse attention computed here: the reference."""
+    import types
+
+    import torch
+
+    B, H, L, D = 2, 3, 6, 4
+    query, key, value = (torch.randn(B, H, L, D, generator=generator, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(B, L, L, dtype=torch.bool)
+    mask[1, :, 4:] = False  # the second sequence has 4 tokens (right padding)
+    mask[1, 4:] = False
+    run.select(layer, query, key, mask)
+    valid = mask.unsqueeze(1)  # (B, 1, L, S)
+    scores = (query @ key.transpose(-1, -2)) / D**0.5  # (B, H, L, S)
+    weights = scores.masked_fill(~valid, float("-inf")).softmax(-1).nan_to_num()  # (B, H, L, S)
+    keep = spec.keep(weights, valid, layer).expand(B, H, L, L)  # (B, H, L, S)
+    sparse = scores.masked_fill(~keep, float("-inf")).softmax(-1).nan_to_num()  # (B, H, L, S)
+    out = sparse @ value  # (B, H, L, D)
+    run.observe(layer, query, key, value, types.SimpleNamespace(allowed=keep), out.transpose(1, 2), None)
+    rows = valid.any(-1)  # (B, 1, L)
+    return weights, keep, rows, out, weights @ value
+
+
+def test_one_accumulator_per_layer_and_a_new_metric_is_one_function(monkeypatch):
+    import torch
+
+    from graphattn.prune import accounting
+
+    monkeypatch.setattr(accounting, "LAYER_METRICS", dict(accounting.LAYER_METRICS))  # undone after the test
+
+    @accounting.layer_metric("most_keys", finish=lambda most, calls: most)
+    def most_keys(o):  # the largest number of keys one (query, head) keeps: a sum of per-call maxima here
+        return float(o.keep.sum(-1).max()), 1
+
+    spec = prune.parse_spec("window:1|global:0")
+    run = accounting.LayerRun(spec, num_layers=2)
+    generator = torch.Generator().manual_seed(0)
+    seen = [[], []]
+    for call in range(4):  # two forward passes over two layers
+        seen[call % 2].append(_one_layer_call(run, spec, call % 2, generator))
+    per_layer, summary = run.per_layer(), run.summary()
+    assert [r["layer"] for r in per_layer] == [0, 1] and "most_keys" in per_layer[0] and "most_keys" in summary
+    for layer, calls in enumerate(seen):
+        kept = sum(int(k.sum()) for _, k, _, _, _ in calls)
+        edges = sum(3 * int((r.unsqueeze(-1) & r.unsqueeze(-2)).sum()) for _, _, r, _, _ in calls)  # the model's
+        queries = sum(3 * int(r.sum()) for _, _, r, _, _ in calls)
+        mass = sum(float(((w * k).sum(-1) * r).sum()) for w, k, r, _, _ in calls)
+        err = sum(float(((y - y_ref) ** 2).sum(-1).mul(r).sum()) for _, _, r, y, y_ref in calls)
+        ref = sum(float((y_ref**2).sum(-1).mul(r).sum()) for _, _, r, _, y_ref in calls)
+        got = per_layer[layer]
+        assert got["density"] == pytest.approx(kept / edges)
+        assert got["mass"] == pytest.approx(mass / queries) and got["empty"] == 0.0
+        assert got["out_err"] == pytest.approx((err / ref) ** 0.5)
+        assert got["most_keys"] == sum(float(k.sum(-1).max()) for _, k, _, _, _ in calls)
+    assert summary["out_err"] == pytest.approx((per_layer[0]["out_err"] + per_layer[1]["out_err"]) / 2)
+    assert summary["most_keys"] == per_layer[0]["most_keys"] + per_layer[1]["most_keys"]
+    assert summary["keys_per_query"] == pytest.approx(
+        sum(int(k.sum()) for calls in seen for _, k, _, _, _ in calls)
+        / sum(3 * int(r.sum()) for calls in seen for _, _, r, _, _ in calls)
+    )

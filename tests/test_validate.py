@@ -43,7 +43,6 @@ PENDING = {
     "graphattn/prune/corpus.py": 4,
     "graphattn/prune/keep.py": 3,
     "graphattn/prune/metrics.py": 4,
-    "graphattn/prune/models.py": 1,
     "graphattn/prune/run.py": 2,
     "graphattn/prune/specs.py": 7,
     "graphattn/prune/tasks.py": 3,

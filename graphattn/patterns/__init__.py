@@ -23,7 +23,8 @@ Modules, by concept: ``base`` (Pattern, composition, size limits), ``local``
 (full, causal, windows), ``sparse_transformer`` (strided, fixed), ``mixtures``
 (global tokens, random, BigBird, Longformer), ``scored`` (top-k, threshold),
 ``connectivity`` (stats), ``spec`` (:func:`from_spec`: a pattern from text such as
-``window:8|global:0``). The presets reproduce the Sparse Transformer [1]_,
+``window:8|global:0``, its grammar read off the builders registered with
+``spec_family``). The presets reproduce the Sparse Transformer [1]_,
 Longformer [2]_, BigBird [3]_ and FlashAttention's sliding window [4]_.
 
 References

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from typing import TypeGuard
 
 import torch
 from torch import Tensor
@@ -166,7 +167,7 @@ class Pattern:
         return _Composite("&", [self, other]) if isinstance(other, Pattern) else NotImplemented
 
 
-def is_pattern(obj) -> bool:
+def is_pattern(obj) -> TypeGuard[Pattern]:
     """True if ``obj`` is a :class:`Pattern`: THE one check, used wherever a pattern or a tensor may come.
 
     Examples

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from graphattn.patterns.base import MAX_ELEMENTS, MAX_LENGTH, Pattern, _ragged, _TooLarge
+from graphattn.patterns.spec import spec_family
 from graphattn.validate import check_int, message
 
 __all__ = ["full", "causal", "window", "dilated", "longformer_window", "flash_window"]
@@ -27,6 +28,7 @@ class _Full(Pattern):
         return (q_idx >= 0) & (kv_idx >= 0)
 
 
+@spec_family("full")
 def full() -> Pattern:
     """The complete graph: every query i reads every key j, i -> i included.
 
@@ -57,6 +59,7 @@ class _Causal(Pattern):
         return kv_idx <= q_idx
 
 
+@spec_family("causal")
 def causal() -> Pattern:
     """The causal (decoder) DAG: query i reads keys j <= i.
 
@@ -105,6 +108,21 @@ class _Window(Pattern):
         return ok
 
 
+def _window_spec(values: dict, positional: bool) -> dict:
+    """``window:8`` (one size by position) is left = right = 8; ``window:left=4`` is refused, not half a window."""
+    if positional and "right" not in values:
+        values = {**values, "right": values["left"]}
+    if "left" not in values and "right" not in values:
+        raise ValueError("'window' needs a size, e.g. window:8 or window:left=4,right=2")
+    if "left" not in values or "right" not in values:
+        raise ValueError(
+            "give both 'left' and 'right' (window:left=4,right=0 for one side), "
+            "or one size, window:8, for left = right = 8"
+        )
+    return values
+
+
+@spec_family("window", complete=_window_spec)
 def window(left: int | None, right: int | None, dilation: int = 1) -> Pattern:
     """Sliding window: query i reads j = i + d t for integers t in [-left, right].
 

@@ -7,6 +7,8 @@ training and evaluation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -21,6 +23,7 @@ from graphattn.patterns.base import (
     _TooLarge,
 )
 from graphattn.patterns.local import longformer_window
+from graphattn.patterns.spec import spec_family
 from graphattn.validate import as_int, check_int, message
 
 __all__ = ["global_tokens", "random", "bigbird", "longformer"]
@@ -49,7 +52,8 @@ class _Global(Pattern):
         return (q_idx.unsqueeze(-1) == g).any(-1) | (kv_idx.unsqueeze(-1) == g).any(-1)
 
 
-def global_tokens(indices) -> _Global:
+@spec_family("global")
+def global_tokens(indices: Sequence[int] | int | Tensor) -> _Global:
     """Global tokens: every global token reads all keys and is read by all queries.
 
     Rule: i in G or j in G (symmetric). Indices >= L (queries) or >= S (keys) are
@@ -134,6 +138,7 @@ class _Random(_Sized):
         return torch.zeros(L, S, dtype=torch.bool).scatter_(1, keys, True), 1  # (L, S)
 
 
+@spec_family("random")
 def random(k: int, seed: int = 0) -> Pattern:
     """Random keys: each query reads min(k, S) distinct keys drawn uniformly.
 
@@ -196,6 +201,7 @@ class _BigBird(_Sized):
         return _sort_unique(j, i, S)  # (2, E)
 
 
+@spec_family("bigbird")
 def bigbird(
     block: int, window_blocks: int = 3, global_blocks: int = 2, random_blocks: int = 2, seed: int = 0
 ) -> Pattern:
@@ -230,7 +236,8 @@ def bigbird(
     )
 
 
-def longformer(window: int, global_indices=(0,)) -> Pattern:
+@spec_family("longformer")
+def longformer(window: int, global_indices: Sequence[int] = (0,)) -> Pattern:
     """Longformer attention [2]_: sliding window of size w (w / 2 each side) | global tokens.
 
     Rule: ``|i - j| <= w / 2``, or i or j in ``global_indices`` (default [CLS] = 0).

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from graphattn.patterns.base import Pattern
+from graphattn.patterns.spec import spec_family
 from graphattn.validate import check_float, check_int, check_tensor, message
 
 __all__ = ["topk_mask", "threshold_mask", "topk", "threshold"]
@@ -167,6 +168,7 @@ class _Scored(Pattern):
         return self.table.to(q_idx.device)[q_idx.clamp(0, L - 1), kv_idx.clamp(0, S - 1)] & (q_idx < L) & (kv_idx < S)
 
 
+@spec_family("topk")
 def topk(scores: Tensor, k: int) -> Pattern:
     """Top-k keys per query, chosen from dense scores (oracle pruning), as a Pattern.
 
@@ -188,6 +190,7 @@ def topk(scores: Tensor, k: int) -> Pattern:
     return _Scored(topk_mask(scores, k), f"topk_{k}", f"topk(scores=<Tensor {(L, S)}>, k={k})")
 
 
+@spec_family("threshold")
 def threshold(scores: Tensor, tau: float) -> Pattern:
     """Keys whose score reaches a threshold: (i, j) is an edge when scores[i, j] >= tau.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from graphattn.patterns.base import Pattern, _ragged
+from graphattn.patterns.spec import spec_family
 from graphattn.validate import check_int
 
 __all__ = ["strided", "fixed"]
@@ -30,6 +31,7 @@ class _Strided(Pattern):
         return (diff >= 0) & ((diff < self.stride) | (diff % self.stride == 0))
 
 
+@spec_family("strided")
 def strided(stride: int) -> Pattern:
     """Strided attention of the Sparse Transformer [1]_ (Section 4.2), both heads united.
 
@@ -73,6 +75,7 @@ class _Fixed(Pattern):
         return (kv_idx <= q_idx) & ((block_kv == block_q) | (kv_idx % block >= block - c))
 
 
+@spec_family("fixed")
 def fixed(block: int, summary: int) -> Pattern:
     """Fixed attention of the Sparse Transformer [1]_ (Section 4.2), both heads united.
 

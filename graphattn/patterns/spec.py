@@ -1,27 +1,47 @@
 """Fixed patterns from short text specs: ``window:8``, ``longformer:16``, ``window:4|global:0+5``.
 
 A spec is ``family[:args]``: ``args`` are comma-separated values, by name
-(``key=value``) or by position in the order of :data:`FAMILIES`. ``a|b`` is the
-union of two specs and ``a&b`` their intersection (``&`` binds tighter, as in
-Python). Only fixed patterns live here; data-dependent rules (top-k,
+(``key=value``) or by position in the builder's own parameter order. ``a|b`` is
+the union of two specs and ``a&b`` their intersection (``&`` binds tighter, as
+in Python). Only fixed patterns live here; data-dependent rules (top-k,
 threshold), per-sequence roles (the last token) and layer or head scopes are
 the pruning experiment's (:mod:`graphattn.prune.specs`), which builds on
-:func:`parse_atom` and :func:`build`.
+:func:`parse_atom` and :data:`FAMILIES`.
+
+The grammar is read off the builders: a builder decorated with
+:func:`spec_family` is a family, its parameters in their order are the spec's
+positional values, each named by the parameter's name up to its first
+underscore (``global_indices`` is ``global``), typed by its annotation (``int``,
+``float`` or ``Sequence[int]``), required when it has no default. A new pattern
+is a decorated builder in its own module; nothing here changes.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Callable
-from typing import NamedTuple
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
 
 from graphattn.patterns.base import Pattern
-from graphattn.patterns.local import causal, full, window
-from graphattn.patterns.mixtures import bigbird, global_tokens, longformer, random
-from graphattn.patterns.sparse_transformer import fixed, strided
 from graphattn.validate import message
 
-__all__ = ["from_spec", "parse_atom", "build", "Kind", "INT", "FLOAT", "INDICES", "FAMILIES", "SpecError"]
+__all__ = [
+    "from_spec",
+    "parse_atom",
+    "build",
+    "spec_family",
+    "Family",
+    "Kind",
+    "INT",
+    "FLOAT",
+    "INDICES",
+    "FAMILIES",
+    "SpecError",
+]
 
 
 class SpecError(ValueError):
@@ -29,7 +49,7 @@ class SpecError(ValueError):
 
     def __init__(self, spec: str, why: str):
         super().__init__(
-            f"Expected pattern spec {spec!r} to be family[:args] with family one of {', '.join(FAMILIES)} ({why})"
+            f"Expected pattern spec {spec!r} to be family[:args] with family one of {', '.join(_fixed())} ({why})"
         )
         self.spec, self.why = spec, why
 
@@ -60,18 +80,130 @@ INT = Kind(_int, "an int")
 FLOAT = Kind(float, "a number")
 INDICES = Kind(_indices, "non-negative ints joined by '+', like 0 or 0+5")
 
-# family -> its parameters in positional order
-FAMILIES: dict[str, tuple[tuple[str, Kind], ...]] = {
-    "full": (),
-    "causal": (),
-    "window": (("left", INT), ("right", INT), ("dilation", INT)),
-    "longformer": (("window", INT), ("global", INDICES)),
-    "strided": (("stride", INT),),
-    "fixed": (("block", INT), ("summary", INT)),
-    "bigbird": (("block", INT), ("window", INT), ("global", INT), ("random", INT), ("seed", INT)),
-    "random": (("k", INT), ("seed", INT)),
-    "global": (("indices", INDICES),),
-}
+
+@dataclass(frozen=True)
+class Family:
+    """One family of the grammar, read off its builder by :func:`spec_family`.
+
+    Attributes
+    ----------
+    name : str
+        The family as written (``window``).
+    params : tuple of (str, Kind)
+        Spec keys in positional order, with how each is read.
+    builder : callable
+        The pattern's builder; :meth:`build` calls it with the given values.
+    arguments : dict of str to str
+        Spec key -> the builder's parameter name (``global`` -> ``global_indices``).
+    required : tuple of str
+        Spec keys without a default.
+    scored : bool
+        Whether the builder reads scores (``topk``, ``threshold``): data-dependent,
+        so not a fixed pattern (:func:`from_spec` refuses it; the pruning
+        experiment selects from the dense weights).
+    complete : callable or None
+        ``complete(values, positional)`` -> values, for a family's shorthand
+        (``window:8`` is both sides); ``positional`` says whether the first
+        value was given by position. Raises ValueError for what the family refuses.
+    """
+
+    name: str
+    params: tuple[tuple[str, Kind], ...]
+    builder: Callable[..., Pattern]
+    arguments: dict[str, str]
+    required: tuple[str, ...]
+    scored: bool = False
+    complete: Callable[[dict, bool], dict] | None = None
+
+    def with_kinds(self, kinds: dict[Kind, Kind], extra: tuple[tuple[str, Kind], ...] = ()) -> Family:
+        """The same family with some kinds read otherwise (roles for indices) and ``extra`` keys after the builder's."""
+        params = tuple((key, kinds.get(kind, kind)) for key, kind in self.params) + extra
+        return Family(self.name, params, self.builder, self.arguments, self.required, self.scored, self.complete)
+
+    def build(self, values: dict) -> Pattern:
+        """The pattern from parsed values (:func:`parse_atom`); ValueError/TypeError as the builder."""
+        missing = [key for key in self.required if key not in values]
+        if missing:
+            raise ValueError(f"missing parameter {missing[0]!r}")
+        return self.builder(**{self.arguments[key]: value for key, value in values.items()})
+
+
+# family -> its grammar, filled by @spec_family as the pattern modules load (graphattn.patterns imports them all)
+FAMILIES: dict[str, Family] = {}
+
+_KINDS: tuple[tuple[object, Kind], ...] = ((Sequence[int], INDICES), (int, INT), (float, FLOAT))
+
+F = TypeVar("F", bound=Callable[..., Pattern])
+
+
+def _kind(builder: Callable, parameter: inspect.Parameter) -> Kind:
+    union = typing.get_origin(parameter.annotation) in (typing.Union, types.UnionType)
+    options = typing.get_args(parameter.annotation) if union else (parameter.annotation,)  # int | None: (int, None)
+    for annotation, kind in _KINDS:  # Sequence[int] first: global_tokens also takes one int
+        if annotation in options:
+            return kind
+    raise TypeError(
+        message(
+            f"{builder.__name__}({parameter.name})",
+            "annotated int, float or Sequence[int] to be read from a spec",
+            repr(parameter.annotation),
+        )
+    )
+
+
+def spec_family(name: str, *, complete: Callable[[dict, bool], dict] | None = None) -> Callable[[F], F]:
+    """Register a pattern builder as the spec family ``name``; the builder is returned unchanged.
+
+    Its parameters, in order, become the family's positional values; each is
+    written as its name up to the first underscore (``window_blocks`` ->
+    ``window``), read by its annotation (``int``, ``float``, ``Sequence[int]``)
+    and required when it has no default. A first parameter ``scores`` makes the
+    family data-dependent (``topk``): the experiment's grammar, not
+    :func:`from_spec`'s.
+
+    Parameters
+    ----------
+    name : str
+        The family as written in a spec.
+    complete : callable, optional
+        ``complete(values, positional) -> values``: the family's shorthand and
+        its refusals (see :class:`Family`).
+
+    Examples
+    --------
+    >>> [key for key, _ in FAMILIES["bigbird"].params]  # bigbird(block, window_blocks, global_blocks, ...)
+    ['block', 'window', 'global', 'random', 'seed']
+    >>> FAMILIES["bigbird"].required
+    ('block',)
+    """
+
+    def register(builder: F) -> F:
+        signature = inspect.signature(builder, eval_str=True)
+        parameters = list(signature.parameters.values())
+        scored = bool(parameters) and parameters[0].name == "scores"
+        params, arguments, required = [], {}, []
+        for parameter in parameters[scored:]:
+            key = parameter.name.split("_")[0]
+            if key in arguments:
+                raise ValueError(
+                    message(
+                        f"{builder.__name__}'s parameters",
+                        "distinct spec keys (a name up to its first underscore)",
+                        f"{key!r} twice",
+                    )
+                )
+            arguments[key] = parameter.name
+            params.append((key, _kind(builder, parameter)))
+            if parameter.default is inspect.Parameter.empty:
+                required.append(key)
+        FAMILIES[name] = Family(name, tuple(params), builder, arguments, tuple(required), scored, complete)
+        return builder
+
+    return register
+
+
+def _fixed() -> dict[str, Family]:
+    return {name: family for name, family in FAMILIES.items() if not family.scored}
 
 
 def parse_atom(text: str, families: dict | None = None, spec: str | None = None) -> tuple[str, dict]:
@@ -81,8 +213,8 @@ def parse_atom(text: str, families: dict | None = None, spec: str | None = None)
     ----------
     text : str
         ``family[:args]``.
-    families : dict, default :data:`FAMILIES`
-        ``family -> ((name, Kind), ...)`` in positional order.
+    families : dict of str to Family, default the fixed families of :data:`FAMILIES`
+        The grammar.
     spec : str, optional
         The whole spec, named in errors (default ``text``).
 
@@ -95,7 +227,7 @@ def parse_atom(text: str, families: dict | None = None, spec: str | None = None)
     ------
     SpecError
         For an unknown family or parameter, too many values, a repeated
-        parameter or a value of the wrong kind.
+        parameter, a value of the wrong kind, or what the family's shorthand refuses.
 
     Examples
     --------
@@ -104,12 +236,12 @@ def parse_atom(text: str, families: dict | None = None, spec: str | None = None)
     >>> parse_atom("window:8")  # one positional size is both sides
     ('window', {'left': 8, 'right': 8})
     """
-    families, spec = FAMILIES if families is None else families, text if spec is None else spec
+    families, spec = _fixed() if families is None else families, text if spec is None else spec
     family, _, args = text.strip().partition(":")
     family = family.strip().lower()
     if family not in families:
         raise SpecError(spec, f"unknown family {family!r}")
-    params = dict(families[family])
+    params = dict(families[family].params)
     names = list(params)
     items = [a.strip() for a in args.split(",")] if args.strip() else []
     if any(not item for item in items):
@@ -136,60 +268,23 @@ def parse_atom(text: str, families: dict | None = None, spec: str | None = None)
             raise SpecError(
                 spec, f"expected {key!r} of {family!r} to be {params[key].what} (got {val.strip()!r})"
             ) from None
-    if family == "window" and items and "=" not in items[0] and "right" not in values:
-        values["right"] = values["left"]  # one positional size, window:8, is both sides; window:left=4 is not
+    complete = families[family].complete
+    if complete is not None:
+        try:
+            values = complete(values, bool(items) and "=" not in items[0])
+        except ValueError as err:
+            raise SpecError(spec, str(err).splitlines()[0]) from None
     return family, values
-
-
-def _window(left=None, right=None, dilation=1) -> Pattern:
-    if left is None and right is None:
-        raise ValueError("'window' needs a size, e.g. window:8 or window:left=4,right=2")
-    if left is None or right is None:  # window:left=4 is not a half window: say so
-        raise ValueError(
-            "give both 'left' and 'right' (window:left=4,right=0 for one side), "
-            "or one size, window:8, for left = right = 8"
-        )
-    return window(left, right, dilation)
-
-
-def _need(**kw):
-    missing = [k for k, v in kw.items() if v is None]
-    if missing:
-        raise ValueError(f"missing parameter {missing[0]!r}")
 
 
 def build(family: str, values: dict) -> Pattern:
     """The pattern of one family from its parsed parameters (:func:`parse_atom`); ValueError/TypeError as the builder.
 
-    ``longformer`` takes global token 0 unless told otherwise; ``bigbird`` and
-    ``random`` take the builders' defaults.
+    Parameters not given take the builder's defaults (``longformer``: global token 0).
     """
-    v = dict(values)
-    if family == "window":
-        return _window(**v)
-    if family == "full":
-        return full()
-    if family == "causal":
-        return causal()
-    if family == "longformer":
-        _need(window=v.get("window"))
-        return longformer(v["window"], v.get("global", [0]))
-    if family == "strided":
-        _need(stride=v.get("stride"))
-        return strided(v["stride"])
-    if family == "fixed":
-        _need(block=v.get("block"), summary=v.get("summary"))
-        return fixed(v["block"], v["summary"])
-    if family == "bigbird":
-        _need(block=v.get("block"))
-        return bigbird(v["block"], v.get("window", 3), v.get("global", 2), v.get("random", 2), v.get("seed", 0))
-    if family == "random":
-        _need(k=v.get("k"))
-        return random(v["k"], v.get("seed", 0))
-    if family == "global":
-        _need(indices=v.get("indices"))
-        return global_tokens(v["indices"])
-    raise ValueError(f"unknown family {family!r}")
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}")
+    return FAMILIES[family].build(values)
 
 
 def _parse(text: str, spec: str) -> Pattern:
@@ -207,7 +302,7 @@ def _parse(text: str, spec: str) -> Pattern:
         for p in parts[1:]:
             out = out & p
         return out
-    family, values = parse_atom(text, FAMILIES, spec)
+    family, values = parse_atom(text, None, spec)
     try:
         return build(family, values)
     except (ValueError, TypeError) as err:

@@ -4,7 +4,8 @@ The experiment, a module per concept:
 
 - :mod:`graphattn.prune.corpus`: real passages (the Python reference
   documentation, or a user's file);
-- :mod:`graphattn.prune.keep`: :class:`Spec`, what a spec keeps per layer and head;
+- :mod:`graphattn.prune.keep`: :class:`Spec`, what a spec keeps per layer and head: a rule of three
+  kinds (a fixed pattern, a pattern drawn per layer and head, a selection from the dense weights);
 - :mod:`graphattn.prune.specs`: short pattern specs (``window:8``,
   ``topk:16``, ``window:4|global:0``; the fixed ones from
   :func:`graphattn.patterns.from_spec`), roles, scopes, checked against the model;
@@ -15,7 +16,8 @@ The experiment, a module per concept:
 - :mod:`graphattn.prune.costs`: peak memory per row, the timed eager and SDPA passes;
 - :mod:`graphattn.prune.metrics`: attention mass, output error, retrieval fidelity, FLOPs;
 - :mod:`graphattn.prune.models`: any local encoder or causal LM, its limits, the forward loop;
-- :mod:`graphattn.prune.accounting`: per-layer accounting of a run (the sparsity callable and observer);
+- :mod:`graphattn.prune.accounting`: per-layer accounting of a run (the sparsity callable and observer,
+  one accumulator per layer, the per-layer metrics);
 - :mod:`graphattn.prune.run`: :func:`run_experiment`, built on the Hugging
   Face bridge's sparsity hook (:func:`graphattn.interop.hf.sparsity`);
 - :mod:`graphattn.prune.report`: the self-check, the table, the figure and the files;

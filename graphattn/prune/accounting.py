@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
 
 import torch
 from torch import Tensor
@@ -37,19 +40,105 @@ from torch import Tensor
 from graphattn.prune import metrics
 from graphattn.prune.specs import Spec, dense_weights
 
-__all__ = ["LayerRun"]
+__all__ = ["LayerRun", "Observed", "LayerMetric", "LAYER_METRICS", "layer_metric"]
+
+
+class Observed(NamedTuple):
+    """One attention call of one layer, as the per-layer metrics read it."""
+
+    keep: Tensor  # (B, H, L, S) bool: the kept edges
+    valid: Tensor  # (B, 1, L, S) bool: the model's graph
+    rows: Tensor  # (B, 1, L) bool: the queries that exist
+    mass: Tensor  # (B, H, L): dense mass on the kept edges
+    nonempty: Tensor  # (B, H, L) bool: queries that keep some mass
+    out: Tensor  # (B, H, L, D): the layer's sparse output
+    reference: Tensor  # (B, H, L, D): dense attention on the same inputs
+
+
+def _share(total: float, count: float) -> float:
+    return total / (count or 1)
+
+
+@dataclass(frozen=True)
+class LayerMetric:
+    """A per-layer metric: ``part(observed) -> (numerator, denominator)`` summed over a layer's calls,
+    then ``finish(numerator, denominator)``; a row's value pools every layer's sums, or with
+    ``total="mean"`` is the mean of the per-layer values. ``per_layer=False``: in the row only.
+    """
+
+    part: Callable[[Observed], tuple[float, float]]
+    finish: Callable[[float, float], float] = _share
+    per_layer: bool = True
+    total: str = "pooled"
+
+
+# name -> metric, in column order; a metric is one function here and a column in report.TABLE_COLUMNS
+LAYER_METRICS: dict[str, LayerMetric] = {}
+
+P = TypeVar("P", bound=Callable[[Observed], tuple[float, float]])
+
+
+def layer_metric(name: str, **how) -> Callable[[P], P]:
+    """Register ``part(observed) -> (numerator, denominator)`` as the per-layer metric ``name`` (see :class:`LayerMetric`)."""
+
+    def register(part: P) -> P:
+        LAYER_METRICS[name] = LayerMetric(part, **how)
+        return part
+
+    return register
+
+
+def _heads(o: Observed) -> int:
+    return o.keep.shape[1]
+
+
+@layer_metric("density")
+def _density(o: Observed) -> tuple[float, float]:
+    """Kept (edge, head) pairs over the model's own."""
+    return int(o.keep.sum()), _heads(o) * int(o.valid.sum())
+
+
+@layer_metric("keys_per_query", per_layer=False)
+def _keys_per_query(o: Observed) -> tuple[float, float]:
+    """Kept keys per (query, head)."""
+    return int(o.keep.sum()), _heads(o) * int(o.rows.sum())
+
+
+@layer_metric("mass")
+def _mass(o: Observed) -> tuple[float, float]:
+    """On-policy dense mass on the kept edges, per (query, head)."""
+    return float((o.mass * o.rows).sum()), _heads(o) * int(o.rows.sum())
+
+
+@layer_metric("neg_log_mass", finish=lambda total, count: total / count if count else math.inf)
+def _neg_log_mass(o: Observed) -> tuple[float, float]:
+    """``-log`` of the mass (``KL(sparse || dense)``), over the queries that keep some."""
+    return float(-o.mass[o.nonempty].double().log().sum()), int(o.nonempty.sum())
+
+
+@layer_metric("empty")
+def _empty(o: Observed) -> tuple[float, float]:
+    """Share of (query, head) pairs that keep no mass."""
+    return float((o.rows & ~o.nonempty).sum()), _heads(o) * int(o.rows.sum())
+
+
+@layer_metric("out_err", finish=lambda err2, ref2: math.sqrt(err2 / ref2) if ref2 else 0.0, total="mean")
+def _out_err(o: Observed) -> tuple[float, float]:
+    """Relative error of the layer's output, ``||y - y_ref|| / ||y_ref||`` over the queries that exist."""
+    err2 = float((((o.out - o.reference).double() ** 2).sum(-1) * o.rows).sum())
+    return err2, float(((o.reference.double() ** 2).sum(-1) * o.rows).sum())
 
 
 class LayerRun:
-    """One row's run over all batches; per-layer sums, :meth:`per_layer` and :meth:`summary` read them."""
+    """One row's run over all batches: one accumulator per layer; :meth:`per_layer` and :meth:`summary` read it."""
 
     def __init__(self, spec: Spec, num_layers: int, forced: list[Spec] | None = None):
         self.spec, self.num_layers, self.forced = spec, num_layers, list(forced or [])
         self.calls, self.layer, self.valid, self.started = 0, 0, None, 0.0
-        z = lambda: [0.0] * num_layers  # noqa: E731
-        self.mass, self.nlm, self.queries, self.empty = z(), z(), z(), z()
-        self.err2, self.ref2, self.kept, self.dense = z(), z(), z(), z()
-        self.forced_mass = [z() for _ in self.forced]
+        # per layer, per metric: [numerator, denominator] summed over the layer's calls
+        self.sums = [{name: [0.0, 0.0] for name in LAYER_METRICS} for _ in range(num_layers)]
+        self.queries = [0.0] * num_layers  # (query, head) pairs per layer: the teacher-forced masses' count
+        self.forced_mass = [[0.0] * num_layers for _ in self.forced]
         self.attn_s, self.observe_s, self.flops, self.select_flops = 0.0, 0.0, 0, 0
 
     @torch.no_grad()
@@ -88,55 +177,37 @@ class LayerRun:
         rows = valid.any(-1)  # (B, 1, L): queries that exist
         mass = metrics.attention_mass(weights, keep)  # (B, H, L)
         nonempty = keep.any(-1) & rows & (mass > 0)  # (B, H, L)
-        heads = query.shape[1]
-        self.mass[at] += float((mass * rows).sum())
-        self.nlm[at] += float(-mass[nonempty].double().log().sum())
-        self.empty[at] += float((rows & ~nonempty).sum())
-        self.queries[at] += heads * int(rows.sum())
         y_ref = weights @ value  # (B, H, L, S) · (B, H, S, D) -> (B, H, L, D)
-        self.err2[at] += float((((y - y_ref).double() ** 2).sum(-1) * rows).sum())
-        self.ref2[at] += float(((y_ref.double() ** 2).sum(-1) * rows).sum())
-        kept = int(keep.sum())
-        self.kept[at] += kept
-        self.dense[at] += heads * int(valid.sum())
-        self.flops += metrics.attention_flops(kept, query.shape[-1])
+        observed = Observed(keep, valid, rows, mass, nonempty, y, y_ref)
+        for name, metric in LAYER_METRICS.items():
+            total, count = metric.part(observed)
+            self.sums[at][name][0] += total
+            self.sums[at][name][1] += count
+        self.queries[at] += query.shape[1] * int(rows.sum())
+        self.flops += metrics.attention_flops(int(keep.sum()), query.shape[-1])
         if self.forced:  # teacher-forced: what each other spec keeps of these dense weights
             ranked = weights.sort(-1, descending=True).values.cumsum(-1)  # (B, H, L, S)
             for sums, spec in zip(self.forced_mass, self.forced):
                 sums[at] += float((spec.forced_mass(at, weights, valid, ranked) * rows).sum())
 
     def per_layer(self) -> list[dict]:
-        """One dict per layer: density, on-policy mass, neg_log_mass, empty, out_err."""
-        out = []
-        for i in range(self.num_layers):
-            q = self.queries[i] or 1
-            nonempty = q - self.empty[i]
-            out.append(
-                {
-                    "layer": i,
-                    "density": self.kept[i] / (self.dense[i] or 1),
-                    "mass": self.mass[i] / q,
-                    "neg_log_mass": self.nlm[i] / nonempty if nonempty else math.inf,
-                    "empty": self.empty[i] / q,
-                    "out_err": math.sqrt(self.err2[i] / self.ref2[i]) if self.ref2[i] else 0.0,
-                }
-            )
-        return out
+        """One dict per layer: ``layer`` and every per-layer metric of :data:`LAYER_METRICS`."""
+        return [
+            {"layer": i, **{name: m.finish(*self.sums[i][name]) for name, m in LAYER_METRICS.items() if m.per_layer}}
+            for i in range(self.num_layers)
+        ]
 
     def forced_per_layer(self) -> list[list[float]]:
         """Teacher-forced mass of each of ``forced``, per layer."""
         return [[m / (q or 1) for m, q in zip(sums, self.queries)] for sums in self.forced_mass]
 
     def summary(self) -> dict:
-        """Totals over layers: density, keys_per_query, mass, neg_log_mass, empty, out_err (mean over layers)."""
-        queries = sum(self.queries)
-        nonempty = queries - sum(self.empty)
-        layers = self.per_layer()
-        return {
-            "density": sum(self.kept) / sum(self.dense),
-            "keys_per_query": sum(self.kept) / queries,
-            "mass": sum(self.mass) / queries,
-            "neg_log_mass": sum(self.nlm) / nonempty if nonempty else math.inf,
-            "empty": sum(self.empty) / queries,
-            "out_err": sum(r["out_err"] for r in layers) / len(layers),
-        }
+        """Every metric of :data:`LAYER_METRICS` over the layers: pooled sums, or the mean of the per-layer values."""
+        out = {}
+        for name, metric in LAYER_METRICS.items():
+            if metric.total == "mean":
+                values = [metric.finish(*layer[name]) for layer in self.sums]
+                out[name] = sum(values) / len(values)
+            else:
+                out[name] = metric.finish(*(sum(layer[name][k] for layer in self.sums) for k in (0, 1)))
+        return out

@@ -11,12 +11,14 @@ chosen from the dense weights of the layer and head they prune.
 
 from __future__ import annotations
 
-import torch
+import functools
+import operator
+
 from torch import Tensor
 
 from graphattn import patterns
 from graphattn.patterns import spec as spec_text
-from graphattn.prune.keep import Spec, dense_weights
+from graphattn.prune.keep import Drawn, Fixed, Selected, Spec, dense_weights
 from graphattn.validate import check_int
 
 __all__ = [
@@ -94,15 +96,14 @@ def _per(text: str) -> str:
 
 PER = spec_text.Kind(_per, "model or head")
 
-# the fixed families of graphattn.patterns.from_spec; global tokens by role; data-dependent rules
-_FAMILIES = {
-    **spec_text.FAMILIES,
-    "longformer": (("window", spec_text.INT), ("global", ROLES)),
-    "random": (("k", spec_text.INT), ("seed", spec_text.INT), ("per", PER)),
-    "global": (("indices", ROLES),),
-    "topk": (("k", spec_text.INT),),
-    "threshold": (("tau", spec_text.FLOAT),),
-}
+
+# the grammar of graphattn.patterns (read off the builders' signatures), index lists read as roles;
+# random keys may be drawn per head; topk and threshold (scored builders) select from the dense weights
+def _families() -> dict[str, spec_text.Family]:
+    return {
+        name: family.with_kinds({spec_text.INDICES: ROLES}, (("per", PER),) if name == "random" else ())
+        for name, family in spec_text.FAMILIES.items()
+    }
 
 
 def _global(indices: list[int]):
@@ -132,7 +133,7 @@ def _per_head(k: int, seed: int):
 def _bad(text: str, why: str) -> ValueError:
     """The one spec error: one line naming the spec and the families, then where the examples are."""
     return ValueError(
-        f"Expected a pattern spec family[:args], family one of {', '.join(_FAMILIES)} "
+        f"Expected a pattern spec family[:args], family one of {', '.join(_families())} "
         f"(got {text!r}: {why}); 'graphattn prune --help' lists the valid specs with examples"
     )
 
@@ -143,7 +144,7 @@ def _role_names(indices: list[int]) -> str:
 
 def _atom(text: str, whole: str) -> Spec:
     try:
-        family, kwargs = spec_text.parse_atom(text, _FAMILIES, whole)
+        family, kwargs = spec_text.parse_atom(text, _families(), whole)
     except spec_text.SpecError as err:
         raise _bad(whole, err.why) from None
     roles = kwargs.get("indices", kwargs.get("global", [])) if family in ("global", "longformer") else []
@@ -153,65 +154,38 @@ def _atom(text: str, whole: str) -> Spec:
             # min(k, valid keys) per query: padding rows keep 0, so no tie among their equal weights
             return Spec.budgeted(text, f"topk_{k}", "topk", lambda w, valid: valid.sum(-1).clamp(max=k))
         if family == "threshold":
-            tau = kwargs["tau"]
+            tau, name = kwargs["tau"], f"threshold_{kwargs['tau']:g}"
             if not 0.0 <= tau <= 1.0:
                 raise ValueError(f"Expected 'tau' to be a weight in [0, 1] (got {tau})")
-            return Spec(text, f"threshold_{tau:g}", "threshold", None, lambda w, valid: patterns.threshold_mask(w, tau))
+            return Spec(text, name, "threshold", Selected(lambda w, valid: patterns.threshold_mask(w, tau), name))
         if family == "random" and kwargs.pop("per", "model") == "head":
             k, seed = check_int("k", kwargs["k"], low=1), kwargs.get("seed", 0)
-            return Spec(text, f"random_{k}_s{seed}_per_head", family, None, draw=_per_head(k, seed))
+            name = f"random_{k}_s{seed}_per_head"
+            return Spec(text, name, family, Drawn(_per_head(k, seed), name))
         if -1 in roles:  # the last token of each sequence: a pattern function of the length
             tokens = _global(roles)
             if family == "global":
-                return Spec(text, "global_" + _role_names(roles), family, None, mask_fn=tokens)
+                name = "global_" + _role_names(roles)
+                return Spec(text, name, family, Fixed(tokens, name))
             local = patterns.longformer_window(check_int("window", kwargs["window"], low=0))
 
             def mask(n: int) -> Tensor:
                 return local.mask(n) | tokens(n)  # (n, n)
 
-            return Spec(text, f"longformer_w{kwargs['window']}_g" + _role_names(roles), family, None, mask_fn=mask)
+            name = f"longformer_w{kwargs['window']}_g" + _role_names(roles)
+            return Spec(text, name, family, Fixed(mask, name))
         pat = spec_text.build(family, kwargs)
     except KeyError as err:
         raise _bad(whole, f"missing parameter {err.args[0]!r}") from None
     except (TypeError, ValueError) as err:
         raise _bad(whole, str(err).splitlines()[0]) from None
-    return Spec(text, pat.name, family, pat)
+    return Spec(text, pat.name, family, Fixed(pat))
 
 
 def _combine(text: str, op: str, parts: list[Spec]) -> Spec:
-    family = op.join(dict.fromkeys(p.family for p in parts))
-    if all(p.pattern is not None for p in parts):
-        pat = parts[0].pattern
-        for p in parts[1:]:
-            pat = (pat | p.pattern) if op == "|" else (pat & p.pattern)
-        return Spec(text, pat.name, family, pat)
-    reduce = torch.logical_or if op == "|" else torch.logical_and
-    if not any(p.data_dependent for p in parts) and any(p.draw is not None for p in parts):  # per-head draws
-
-        def draw(n: int, layer: int, head: int) -> Tensor:
-            out = [p.draw(n, layer, head) if p.draw is not None else p.pattern_mask(n) for p in parts]  # (n, n)
-            for m in out[1:]:
-                out[0] = reduce(out[0], m)
-            return out[0]
-
-        return Spec(text, op.join(p.name for p in parts), family, None, draw=draw)
-    if not any(p.data_dependent for p in parts):  # fixed parts, one a pattern function: still fixed
-
-        def mask(n: int) -> Tensor:
-            out = parts[0].pattern_mask(n)  # (n, n)
-            for p in parts[1:]:
-                out = reduce(out, p.pattern_mask(n))  # (n, n)
-            return out
-
-        return Spec(text, op.join(p.name for p in parts), family, None, mask_fn=mask)
-
-    def select(weights: Tensor, valid: Tensor) -> Tensor:
-        keep = parts[0].keep(weights, valid)  # (..., L, L)
-        for p in parts[1:]:
-            keep = reduce(keep, p.keep(weights, valid))  # (..., L, L)
-        return keep
-
-    return Spec(text, op.join(p.name for p in parts), family, None, select)
+    """The parts' rules joined by their own ``|`` / ``&`` (:class:`graphattn.prune.keep.Rule`)."""
+    rule = functools.reduce(operator.or_ if op == "|" else operator.and_, (p.rule for p in parts))
+    return Spec(text, rule.name, op.join(dict.fromkeys(p.family for p in parts)), rule)
 
 
 class Span:
@@ -292,7 +266,7 @@ def check_spec(spec: Spec, layers: int, heads: int) -> Spec:
         if span is not None and span.max() >= count:
             noun = {"layers": f"the {count}-layer model", "heads": f"the model's {count} heads"}[what]
             raise ValueError(f"Expected {spec.text!r} to scope {what} within 0-{count - 1} of {noun} (got {span})")
-    if spec.mask_fn is not None:
+    if isinstance(spec.rule, Fixed) and spec.pattern is None:
         spec.pattern_mask(3)  # a pattern function's contract, on 3 tokens
     return spec
 
@@ -317,7 +291,7 @@ def reseed(spec: Spec, offset: int) -> Spec | None:
     for n, part in enumerate(parts):
         if part in "|&" or part.split(":")[0].strip().lower() not in SEEDED:
             continue
-        family, values = spec_text.parse_atom(part, _FAMILIES)
+        family, values = spec_text.parse_atom(part, _families())
         values["seed"] = values.get("seed", 0) + offset
         parts[n] = f"{family}:" + ",".join(f"{k}={v}" for k, v in values.items())
         changed = True
@@ -344,10 +318,10 @@ def as_spec(item, name: str | None = None) -> Spec:
     if isinstance(item, str):
         return parse_spec(item)
     if patterns.is_pattern(item):
-        return Spec(name or item.name, name or item.name, name or item.name, item)
+        return Spec(name or item.name, name or item.name, name or item.name, Fixed(item))
     if callable(item):
         label = name or getattr(item, "__name__", "custom")
-        return Spec(label, label, "custom", None, mask_fn=item)
+        return Spec(label, label, "custom", Fixed(item, label))
     raise TypeError(f"Expected a spec to be a str, Spec, Pattern or pattern function (got {type(item).__name__})")
 
 
