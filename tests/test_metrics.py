@@ -48,7 +48,7 @@ def test_kl_with_valid_graph_and_bad_keep():
     assert metrics.kl_sparse_dense(scores, keep, valid).item() == pytest.approx(math.log(3), abs=1e-6)
     with pytest.raises(ValueError, match="inside 'valid'"):
         metrics.kl_sparse_dense(scores, torch.tensor([[False, False, False, True]]), valid)
-    with pytest.raises(ValueError, match="share one shape"):
+    with pytest.raises(ValueError, match="to have the shape of"):
         metrics.attention_mass(torch.zeros(2, 3), torch.ones(3, 2, dtype=torch.bool))
 
 

@@ -183,7 +183,7 @@ def test_prune_command_bad_input_exits_2_with_a_clear_message(tmp_path, capsys):
     assert "'--limit'" in capsys.readouterr().err
     (tmp_path / "two.txt").write_text("one passage of words\n\ntwo passages of words\nshort\n")
     assert cli.main(["prune", "--text", str(tmp_path / "two.txt"), "--task", "none"]) == 2
-    assert "at least 3 documents for task 'none' (got 2)" in capsys.readouterr().err
+    assert "'task' to yield at least 3 documents for 'none' (got 2)" in capsys.readouterr().err
     assert cli.main(["prune", "--text", str(tmp_path / "two.txt"), "--task", "title-retrieval"]) == 2
     assert "needs the pydoc topics' titles" in capsys.readouterr().err
 

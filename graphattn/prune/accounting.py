@@ -39,6 +39,7 @@ from torch import Tensor
 
 from graphattn.prune import metrics
 from graphattn.prune.specs import Spec, dense_weights
+from graphattn.validate import message
 
 __all__ = ["LayerRun", "Observed", "LayerMetric", "LAYER_METRICS", "layer_metric"]
 
@@ -170,8 +171,11 @@ class LayerRun:
         keep = graph.allowed.expand(y.shape[0], y.shape[1], *graph.allowed.shape[2:])  # (B, H, L, S)
         if not bool(torch.isfinite(y).all()):
             raise FloatingPointError(
-                f"Expected graph attention to return finite outputs (got NaN or inf in "
-                f"layer {at}, {int(keep.sum())} kept (edge, head) pairs)"
+                message(
+                    "output",
+                    "finite (graph attention's output)",
+                    f"NaN or inf in layer {at}, {int(keep.sum())} kept (edge, head) pairs",
+                )
             )
         weights = dense_weights(query, key, valid)  # (B, H, L, S)
         rows = valid.any(-1)  # (B, 1, L): queries that exist

@@ -26,6 +26,8 @@ from __future__ import annotations
 import os
 import re
 
+from graphattn.validate import message
+
 __all__ = [
     "DEFAULT_LIMIT",
     "CHARS_PER_TOKEN",
@@ -107,7 +109,7 @@ def chunk_text(sentences: list[str], tokenizer, max_length: int) -> list[str]:
         If ``max_length`` < 8.
     """
     if max_length < 8:
-        raise ValueError(f"Expected 'max_length' to be at least 8 tokens (got {max_length})")
+        raise ValueError(message("max_length", "at least 8 tokens", max_length))
     special = _count(tokenizer, [""])[0]  # [CLS] [SEP] -> 2
     budget = max_length - special
     pieces: list[str] = []
@@ -168,7 +170,7 @@ def select_evenly(items: list, limit: int | None) -> list:
     if limit is None or limit >= len(items):
         return list(items)
     if limit < 1:
-        raise ValueError(f"Expected 'limit' to be a positive int (got {limit})")
+        raise ValueError(message("limit", "a positive int", limit))
     return [items[k * len(items) // limit] for k in range(limit)]
 
 
@@ -281,14 +283,14 @@ def read_passages(
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(
-            f"Expected '--text' to name a text file with one passage per line (got {str(path)!r}: no such file)"
+            message("--text", "a text file with one passage per line", f"{str(path)!r}: no such file", verb="name")
         )
     cap = None if max_length is None else CHARS_PER_TOKEN * max_length
     with open(path, encoding="utf-8") as f:
         lines = [" ".join(line[:cap].split()) for line in f]
     lines = [line for line in lines if line]
     if not lines:
-        raise ValueError(f"Expected '--text' file {str(path)!r} to hold at least one non-blank line (got none)")
+        raise ValueError(message("--text", "at least one non-blank line", f"none in {str(path)!r}", verb="hold"))
     lines, counts = clean_passages(lines)
     if dropped is not None:
         dropped.update(counts)

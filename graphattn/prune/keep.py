@@ -94,18 +94,26 @@ class Fixed(Rule):
             mask = self._fn(n) if self._fn is not None else cast(patterns.Pattern, self.pattern).mask(n)  # (n, n)
             if not isinstance(mask, Tensor):
                 raise TypeError(
-                    f"Expected the pattern function of spec {self.name!r} to return a bool Tensor "
-                    f"of shape ({n}, {n}), True = may attend (got {type(mask).__name__})"
+                    message(
+                        f"{self.name}(n)",
+                        f"a bool Tensor of shape ({n}, {n}), True = may attend",
+                        type(mask).__name__,
+                        verb="return",
+                    )
                 )
             if mask.dtype != torch.bool:
                 raise TypeError(
-                    f"Expected the pattern function of spec {self.name!r} to return a bool mask, "
-                    f"True = may attend (got dtype {mask.dtype}; use mask > 0 or mask.bool())"
+                    message(
+                        f"{self.name}(n)",
+                        "a bool mask, True = may attend",
+                        f"dtype {mask.dtype}",
+                        "use mask > 0 or mask.bool()",
+                        verb="return",
+                    )
                 )
             if mask.shape != (n, n):
                 raise ValueError(
-                    f"Expected the pattern function of spec {self.name!r} to return shape ({n}, {n}) "
-                    f"for {n} tokens (got {tuple(mask.shape)})"
+                    message(f"{self.name}(n)", f"shape ({n}, {n}) for {n} tokens", tuple(mask.shape), verb="return")
                 )
             self._masks[n] = mask
         return self._masks[n]

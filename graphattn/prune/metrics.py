@@ -42,9 +42,7 @@ __all__ = [
 
 def _check_pair(a: Tensor, b: Tensor, names: tuple[str, str]) -> None:
     if a.shape != b.shape:
-        raise ValueError(
-            f"Expected '{names[0]}' and '{names[1]}' to share one shape (got {tuple(a.shape)} and {tuple(b.shape)})"
-        )
+        raise ValueError(message(names[1], f"the shape of '{names[0]}', {tuple(a.shape)}", tuple(b.shape), verb="have"))
 
 
 def _check_values(name: str, t: Tensor, kind: str) -> None:
@@ -144,7 +142,7 @@ def kl_sparse_dense(scores: Tensor, keep: Tensor, valid: Tensor | None = None) -
     else:
         _check_pair(scores, valid, ("scores", "valid"))
         if (keep & ~valid).any():
-            raise ValueError("Expected 'keep' to lie inside 'valid' (got kept edges outside the dense graph)")
+            raise ValueError(message("keep", "inside 'valid'", "kept edges outside the dense graph", verb="lie"))
         log_p = torch.log_softmax(scores.masked_fill(~valid, neg), dim=-1)  # (..., L, S)
     log_q = torch.log_softmax(scores.masked_fill(~keep, neg), dim=-1)  # (..., L, S)
     log_q = log_q.masked_fill(~keep, 0.0)  # (..., L, S): exp() of the dropped keys' -inf is slow on CPU
@@ -168,7 +166,7 @@ def relative_error(actual: Tensor, reference: Tensor) -> float:
     _check_pair(actual, reference, ("actual", "reference"))
     denom = float(torch.linalg.vector_norm(reference.double()))
     if denom == 0.0:
-        raise ValueError("Expected 'reference' to be nonzero (got all zeros)")
+        raise ValueError(message("reference", "nonzero", "all zeros"))
     return float(torch.linalg.vector_norm((actual - reference).double())) / denom
 
 
@@ -223,7 +221,7 @@ def retrieval_fidelity(reference: Tensor, embeddings: Tensor, tie_tol: float = 1
     _check_pair(reference, embeddings, ("reference", "embeddings"))
     n = reference.shape[0]
     if n < 3:
-        raise ValueError(f"Expected at least 3 passages for retrieval fidelity (got {n})")
+        raise ValueError(message("embeddings", "at least 3 passages for retrieval fidelity", n, verb="hold"))
 
     def sims(x: Tensor) -> Tensor:
         x = torch.nn.functional.normalize(x.double(), dim=-1)  # (N, F)

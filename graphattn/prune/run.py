@@ -51,7 +51,7 @@ import time
 from graphattn.prune import costs, models, scoring, tasks
 from graphattn.prune.accounting import LayerRun
 from graphattn.prune.specs import Spec, as_spec, check_spec, parse_spec, reseed
-from graphattn.validate import check_choice, check_int
+from graphattn.validate import check_choice, check_int, message
 
 __all__ = ["Results", "run_experiment"]
 
@@ -190,7 +190,7 @@ def run_experiment(
     check_int("seeds", seeds, low=1)
     if task is None:
         if passages is None:
-            raise ValueError("Expected 'passages' or 'task' (got neither)")
+            raise ValueError(message("passages", "given, or 'task'", "neither"))
         cut = tasks.corpus.cut(list(passages), max_length)  # before anything tokenizes a long passage
         documents = tasks.corpus.clean_passages(cut, 1)[0]
         task = tasks.Task("none", [], documents, [], {}, f"none: {len(documents)} documents; fidelity only")
@@ -201,7 +201,7 @@ def run_experiment(
             documents=tasks.corpus.cut(task.documents, max_length),
         )
     if len(task.documents) < 3:
-        raise ValueError(f"Expected at least 3 passages (got {len(task.documents)})")
+        raise ValueError(message("passages", "at least 3 passages", len(task.documents), verb="hold"))
     check_int("batch_size", batch_size, low=1)
     check_choice("pooling", pooling, models.POOLINGS)
     if model is None or tokenizer is None:

@@ -19,7 +19,7 @@ from torch import Tensor
 from graphattn import patterns
 from graphattn.patterns import spec as spec_text
 from graphattn.prune.keep import Drawn, Fixed, Selected, Spec, dense_weights
-from graphattn.validate import check_int
+from graphattn.validate import check_int, message
 
 __all__ = [
     "Spec",
@@ -156,7 +156,7 @@ def _atom(text: str, whole: str) -> Spec:
         if family == "threshold":
             tau, name = kwargs["tau"], f"threshold_{kwargs['tau']:g}"
             if not 0.0 <= tau <= 1.0:
-                raise ValueError(f"Expected 'tau' to be a weight in [0, 1] (got {tau})")
+                raise ValueError(message("tau", "a weight in [0, 1]", tau))
             return Spec(text, name, "threshold", Selected(lambda w, valid: patterns.threshold_mask(w, tau), name))
         if family == "random" and kwargs.pop("per", "model") == "head":
             k, seed = check_int("k", kwargs["k"], low=1), kwargs.get("seed", 0)
@@ -265,7 +265,7 @@ def check_spec(spec: Spec, layers: int, heads: int) -> Spec:
         span = getattr(spec, what)
         if span is not None and span.max() >= count:
             noun = {"layers": f"the {count}-layer model", "heads": f"the model's {count} heads"}[what]
-            raise ValueError(f"Expected {spec.text!r} to scope {what} within 0-{count - 1} of {noun} (got {span})")
+            raise ValueError(message(spec.text, f"{what} within 0-{count - 1} of {noun}", span, verb="scope"))
     if isinstance(spec.rule, Fixed) and spec.pattern is None:
         spec.pattern_mask(3)  # a pattern function's contract, on 3 tokens
     return spec
@@ -322,7 +322,7 @@ def as_spec(item, name: str | None = None) -> Spec:
     if callable(item):
         label = name or getattr(item, "__name__", "custom")
         return Spec(label, label, "custom", Fixed(item, label))
-    raise TypeError(f"Expected a spec to be a str, Spec, Pattern or pattern function (got {type(item).__name__})")
+    raise TypeError(message("spec", "a str, Spec, Pattern or pattern function", type(item).__name__))
 
 
 def parse_spec(text: str) -> Spec:
@@ -355,7 +355,7 @@ def parse_spec(text: str) -> Spec:
     'window|global'
     """
     if not isinstance(text, str):
-        raise TypeError(f"Expected a pattern spec to be a str such as 'window:8' (got {type(text).__name__})")
+        raise TypeError(message("spec", "a str such as 'window:8'", type(text).__name__))
     return _parse(text, text)
 
 

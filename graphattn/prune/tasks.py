@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphattn.prune import corpus
+from graphattn.validate import message
 
 __all__ = [
     "Task",
@@ -198,12 +199,15 @@ def make_task(
         For an unknown task, ``title-retrieval`` with ``passages`` (they carry no titles), or fewer than 3 documents.
     """
     if name not in TASKS:
-        raise ValueError(f"Expected 'task' to be one of {', '.join(TASKS)} (got {name!r})")
+        raise ValueError(message("task", f"one of {', '.join(TASKS)}", name))
     if name.startswith("title"):
         if passages is not None:
             raise ValueError(
-                f"Expected 'task' to be first-sentence or none with your own passages "
-                f"(got {name}, which needs the pydoc topics' titles)"
+                message(
+                    "task",
+                    "first-sentence or none with your own passages",
+                    f"{name}, which needs the pydoc topics' titles",
+                )
             )
         task = title_retrieval(tokenizer, max_length, docs_per_topic, limit, nonfirst=name == "title-nonfirst")
     else:
@@ -223,7 +227,7 @@ def make_task(
                 f"none: {len(documents)} documents, no queries; fidelity to dense attention only",
             )
     if len(task.documents) < 3:
-        raise ValueError(f"Expected at least 3 documents for task {name!r} (got {len(task.documents)})")
+        raise ValueError(message("task", f"at least 3 documents for {name!r}", len(task.documents), verb="yield"))
     return task
 
 
