@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from graphattn import distributed, ops
+from graphattn.dense import reset_like_mha
 from graphattn.routing import attend, project, resolve, use_propagate
 from graphattn.validate import (
     as_int,
@@ -193,16 +194,9 @@ class AttentionConv(MessagePassing):
     def reset_parameters(self):
         """Initialise as ``nn.MultiheadAttention`` does (Xavier-uniform weights, zero biases)."""
         super().reset_parameters()
-        for lin in (self.lin_query, self.lin_key, self.lin_value):
-            if _in_width(lin) is None:  # lazy: initialised the same way at its first call
-                continue
-            nn.init.xavier_uniform_(lin.weight)
-            if lin.bias is not None:
-                nn.init.zeros_(lin.bias)
-        if self.lin_out is not None:
-            self.lin_out.reset_parameters()
-            if self.lin_out.bias is not None:
-                nn.init.zeros_(self.lin_out.bias)
+        projections = (self.lin_query, self.lin_key, self.lin_value)
+        # a lazy one is initialised the same way at its first call
+        reset_like_mha([lin for lin in projections if _in_width(lin) is not None], self.lin_out)
 
     def _project(self, x) -> tuple[Tensor, Tensor, Tensor]:
         """1) project: ``(query (L, H, D), key (S, H, D), value (S, H, D))``."""
