@@ -150,8 +150,8 @@ def _attend(module, score, x_src, edge_index, num_targets, res, given, return_at
     return _finish(module, out, res, given, alpha, return_attention_weights, masked, loops)
 
 
-def _from(cls, conv, impl: str):
-    """A graphattn layer with ``conv``'s configuration and a copy of its weights."""
+def _config(conv) -> dict:
+    """The constructor arguments (after the channels) of a GAT or GATv2 layer, PyG's or graphattn's."""
     kwargs = dict(
         heads=conv.heads,
         concat=conv.concat,
@@ -162,29 +162,20 @@ def _from(cls, conv, impl: str):
         fill_value=conv.fill_value,
         bias=conv.bias is not None,
         residual=conv.residual,
-        aggr=conv.aggr,
-        flow=conv.flow,
     )
     if isinstance(conv, PyGGATv2Conv):
         kwargs["share_weights"] = conv.share_weights
-    return copy_weights(conv, cls(conv.in_channels, conv.out_channels, impl=impl, **kwargs))
+    return kwargs
+
+
+def _from(cls, conv, impl: str):
+    """A graphattn layer with ``conv``'s configuration and a copy of its weights."""
+    layer = cls(conv.in_channels, conv.out_channels, impl=impl, aggr=conv.aggr, flow=conv.flow, **_config(conv))
+    return copy_weights(conv, layer)
 
 
 def _to(layer, pyg_cls):
-    kwargs = dict(
-        heads=layer.heads,
-        concat=layer.concat,
-        negative_slope=layer.negative_slope,
-        dropout=layer.dropout,
-        add_self_loops=layer.add_self_loops,
-        edge_dim=layer.edge_dim,
-        fill_value=layer.fill_value,
-        bias=layer.bias is not None,
-        residual=layer.residual,
-    )
-    if pyg_cls is PyGGATv2Conv:
-        kwargs["share_weights"] = layer.share_weights
-    return copy_weights(layer, pyg_cls(layer.in_channels, layer.out_channels, **kwargs))
+    return copy_weights(layer, pyg_cls(layer.in_channels, layer.out_channels, **_config(layer)))
 
 
 class GATConv(PyGGATConv):
