@@ -310,12 +310,15 @@ class AttentionConv(MessagePassing):
                 training=self.training,
                 need_weights=return_attention_weights,
             )  # (L, H, D), (E, H)
-        out = out.reshape(query.size(0), self.out_channels)  # (L, H*D)
-        if self.lin_out is not None:
-            out = self.lin_out(out)  # (L, F_out)
+        out = self._combine(out, query.size(0))  # (L, F_out)
         if return_attention_weights:
             return out, (edge_index, alpha)
         return out
+
+    def _combine(self, out: Tensor, num_targets) -> Tensor:
+        """The heads concatenated, ``(L, H, D) -> (L, H*D)``, then ``lin_out`` if the layer has one: ``(L, F_out)``."""
+        out = out.reshape(num_targets, self.out_channels)  # (L, H*D)
+        return out if self.lin_out is None else self.lin_out(out)  # (L, F_out)
 
     def _context_parallel(self, query, key, value, graph, group, edge_bias, return_attention_weights, size, batch):
         """The block of this process, over a sequence split across ``group`` (:mod:`graphattn.distributed`)."""
@@ -347,9 +350,7 @@ class AttentionConv(MessagePassing):
             training=self.training,
             need_weights=return_attention_weights,
         )  # (n, H, D), (E_local, H)
-        out = out.reshape(query.size(0), self.out_channels)  # (n, H*D)
-        if self.lin_out is not None:
-            out = self.lin_out(out)  # (n, F_out)
+        out = self._combine(out, query.size(0))  # (n, F_out)
         return (out, (plan.global_edge_index, alpha)) if return_attention_weights else out
 
     def _message_passing(self, query, key, value, edge_index, edge_bias):
