@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from graphattn import distributed, ops
+from graphattn.dense import reset_like_mha
 from graphattn.routing import attend, project, resolve, use_propagate
 from graphattn.validate import (
     as_int,
@@ -193,16 +194,9 @@ class AttentionConv(MessagePassing):
     def reset_parameters(self):
         """Initialise as ``nn.MultiheadAttention`` does (Xavier-uniform weights, zero biases)."""
         super().reset_parameters()
-        for lin in (self.lin_query, self.lin_key, self.lin_value):
-            if _in_width(lin) is None:  # lazy: initialised the same way at its first call
-                continue
-            nn.init.xavier_uniform_(lin.weight)
-            if lin.bias is not None:
-                nn.init.zeros_(lin.bias)
-        if self.lin_out is not None:
-            self.lin_out.reset_parameters()
-            if self.lin_out.bias is not None:
-                nn.init.zeros_(self.lin_out.bias)
+        projections = (self.lin_query, self.lin_key, self.lin_value)
+        # a lazy one is initialised the same way at its first call
+        reset_like_mha([lin for lin in projections if _in_width(lin) is not None], self.lin_out)
 
     def _project(self, x) -> tuple[Tensor, Tensor, Tensor]:
         """1) project: ``(query (L, H, D), key (S, H, D), value (S, H, D))``."""
@@ -316,12 +310,15 @@ class AttentionConv(MessagePassing):
                 training=self.training,
                 need_weights=return_attention_weights,
             )  # (L, H, D), (E, H)
-        out = out.reshape(query.size(0), self.out_channels)  # (L, H*D)
-        if self.lin_out is not None:
-            out = self.lin_out(out)  # (L, F_out)
+        out = self._combine(out, query.size(0))  # (L, F_out)
         if return_attention_weights:
             return out, (edge_index, alpha)
         return out
+
+    def _combine(self, out: Tensor, num_targets) -> Tensor:
+        """The heads concatenated, ``(L, H, D) -> (L, H*D)``, then ``lin_out`` if the layer has one: ``(L, F_out)``."""
+        out = out.reshape(num_targets, self.out_channels)  # (L, H*D)
+        return out if self.lin_out is None else self.lin_out(out)  # (L, F_out)
 
     def _context_parallel(self, query, key, value, graph, group, edge_bias, return_attention_weights, size, batch):
         """The block of this process, over a sequence split across ``group`` (:mod:`graphattn.distributed`)."""
@@ -353,9 +350,7 @@ class AttentionConv(MessagePassing):
             training=self.training,
             need_weights=return_attention_weights,
         )  # (n, H, D), (E_local, H)
-        out = out.reshape(query.size(0), self.out_channels)  # (n, H*D)
-        if self.lin_out is not None:
-            out = self.lin_out(out)  # (n, F_out)
+        out = self._combine(out, query.size(0))  # (n, F_out)
         return (out, (plan.global_edge_index, alpha)) if return_attention_weights else out
 
     def _message_passing(self, query, key, value, edge_index, edge_bias):

@@ -191,6 +191,20 @@ def six_steps(
     return SixSteps(queries, keys, values, scores, scaled, masked, weights, output)
 
 
+def reset_like_mha(projections, lin_out: nn.Linear | None) -> None:
+    """``nn.MultiheadAttention``'s initialisation: Xavier-uniform ``projections`` and zero biases; ``lin_out``
+    its own ``reset_parameters`` and a zero bias (this oracle's and :class:`graphattn.AttentionConv`'s).
+    """
+    for lin in projections:
+        nn.init.xavier_uniform_(lin.weight)
+        if lin.bias is not None:
+            nn.init.zeros_(lin.bias)
+    if lin_out is not None:
+        lin_out.reset_parameters()
+        if lin_out.bias is not None:
+            nn.init.zeros_(lin_out.bias)
+
+
 class DenseAttention(nn.Module):
     """Dense multi-head attention, the twin of :class:`~graphattn.conv.AttentionConv`.
 
@@ -250,14 +264,7 @@ class DenseAttention(nn.Module):
 
     def reset_parameters(self):
         """Initialise as ``nn.MultiheadAttention`` and ``AttentionConv`` do (Xavier-uniform weights, zero biases)."""
-        for lin in (self.lin_query, self.lin_key, self.lin_value):
-            nn.init.xavier_uniform_(lin.weight)
-            if lin.bias is not None:
-                nn.init.zeros_(lin.bias)
-        if self.lin_out is not None:
-            self.lin_out.reset_parameters()
-            if self.lin_out.bias is not None:
-                nn.init.zeros_(self.lin_out.bias)
+        reset_like_mha((self.lin_query, self.lin_key, self.lin_value), self.lin_out)
 
     def forward(self, x, mask: Tensor | None = None, attn_bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Return ``(output (..., L, F_out), weights (..., H, L, S))``.

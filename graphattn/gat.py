@@ -133,8 +133,25 @@ def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_a
     return out, (edge_index, alpha)
 
 
-def _from(cls, conv, impl: str):
-    """A graphattn layer with ``conv``'s configuration and a copy of its weights."""
+def _attend(module, score, x_src, edge_index, num_targets, res, given, return_attention_weights, masked, loops):
+    """The scores ``(E, H)`` to PyG's return: own loops masked, fused softmax and sum, then :func:`_finish`."""
+    if masked is not None:
+        score = score.masked_fill(masked.unsqueeze(-1), float("-inf"))  # the graph's own loops: weight 0
+    out, alpha = ops.scored_attention(
+        score,
+        x_src,
+        edge_index,
+        num_targets,
+        dropout=module.dropout,
+        training=module.training,
+        need_weights=bool(return_attention_weights),
+        loops=loops,
+    )  # (L, H, C), (E, H)
+    return _finish(module, out, res, given, alpha, return_attention_weights, masked, loops)
+
+
+def _config(conv) -> dict:
+    """The constructor arguments (after the channels) of a GAT or GATv2 layer, PyG's or graphattn's."""
     kwargs = dict(
         heads=conv.heads,
         concat=conv.concat,
@@ -145,29 +162,20 @@ def _from(cls, conv, impl: str):
         fill_value=conv.fill_value,
         bias=conv.bias is not None,
         residual=conv.residual,
-        aggr=conv.aggr,
-        flow=conv.flow,
     )
     if isinstance(conv, PyGGATv2Conv):
         kwargs["share_weights"] = conv.share_weights
-    return copy_weights(conv, cls(conv.in_channels, conv.out_channels, impl=impl, **kwargs))
+    return kwargs
+
+
+def _from(cls, conv, impl: str):
+    """A graphattn layer with ``conv``'s configuration and a copy of its weights."""
+    layer = cls(conv.in_channels, conv.out_channels, impl=impl, aggr=conv.aggr, flow=conv.flow, **_config(conv))
+    return copy_weights(conv, layer)
 
 
 def _to(layer, pyg_cls):
-    kwargs = dict(
-        heads=layer.heads,
-        concat=layer.concat,
-        negative_slope=layer.negative_slope,
-        dropout=layer.dropout,
-        add_self_loops=layer.add_self_loops,
-        edge_dim=layer.edge_dim,
-        fill_value=layer.fill_value,
-        bias=layer.bias is not None,
-        residual=layer.residual,
-    )
-    if pyg_cls is PyGGATv2Conv:
-        kwargs["share_weights"] = layer.share_weights
-    return copy_weights(layer, pyg_cls(layer.in_channels, layer.out_channels, **kwargs))
+    return copy_weights(layer, pyg_cls(layer.in_channels, layer.out_channels, **_config(layer)))
 
 
 class GATConv(PyGGATConv):
@@ -270,19 +278,7 @@ class GATConv(PyGGATConv):
             w_edge = (self.lin_edge.weight.view(H, C, -1) * self.att_edge.view(H, C, 1)).sum(1)  # (H, F_e): a_e^T Θ_e
             score = score + edge_attr @ w_edge.t()  # (E, F_e) @ (F_e, H) -> (E, H), no (E, H, C) tensor
         score = F.leaky_relu(score, self.negative_slope)  # (E, H)
-        if masked is not None:
-            score = score.masked_fill(masked.unsqueeze(-1), float("-inf"))  # the graph's own loops: weight 0
-        out, alpha = ops.scored_attention(
-            score,
-            x_src,
-            edge_index,
-            num_targets,
-            dropout=self.dropout,
-            training=self.training,
-            need_weights=bool(return_attention_weights),
-            loops=loops,
-        )  # (L, H, C), (E, H)
-        return _finish(self, out, res, given, alpha, return_attention_weights, masked, loops)
+        return _attend(self, score, x_src, edge_index, num_targets, res, given, return_attention_weights, masked, loops)
 
     @classmethod
     def from_gat_conv(cls, conv: PyGGATConv, impl: str = "auto") -> GATConv:
@@ -380,19 +376,7 @@ class GATv2Conv(PyGGATv2Conv):
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
             h = h + self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C)
         score = (F.leaky_relu(h, self.negative_slope) * self.att).sum(-1)  # (E, H, C) · (1, H, C) -> (E, H)
-        if masked is not None:
-            score = score.masked_fill(masked.unsqueeze(-1), float("-inf"))  # the graph's own loops: weight 0
-        out, alpha = ops.scored_attention(
-            score,
-            x_l,
-            edge_index,
-            x_r.size(0),
-            dropout=self.dropout,
-            training=self.training,
-            need_weights=bool(return_attention_weights),
-            loops=loops,
-        )  # (L, H, C), (E, H)
-        return _finish(self, out, res, given, alpha, return_attention_weights, masked, loops)
+        return _attend(self, score, x_l, edge_index, x_r.size(0), res, given, return_attention_weights, masked, loops)
 
     @classmethod
     def from_gatv2_conv(cls, conv: PyGGATv2Conv, impl: str = "auto") -> GATv2Conv:

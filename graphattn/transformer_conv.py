@@ -438,20 +438,6 @@ class TransformerConv(MessagePassing):
 
     # -- torch_geometric.nn.TransformerConv interop -------------------------------------------------
 
-    def _constructor_args(self) -> dict:
-        return dict(
-            in_channels=self.in_channels,
-            out_channels=self.out_channels,
-            heads=self.heads,
-            concat=self.concat,
-            beta=self.beta,
-            dropout=self.dropout,
-            edge_dim=self.edge_dim,
-            bias=self.lin_key.bias is not None,
-            root_weight=self.root_weight,
-            aggr=_aggr(self),
-        )
-
     @classmethod
     def from_transformer_conv(cls, conv, impl: str = "auto", pyg_dropout: bool = False) -> TransformerConv:
         """A layer computing exactly what ``conv`` (``torch_geometric.nn.TransformerConv``) computes.
@@ -470,28 +456,30 @@ class TransformerConv(MessagePassing):
 
         if not isinstance(conv, PyGTransformerConv):
             raise TypeError(message("conv", "a torch_geometric.nn.TransformerConv", type(conv).__name__))
-        layer = cls(
-            conv.in_channels,
-            conv.out_channels,
-            heads=conv.heads,
-            concat=conv.concat,
-            beta=conv.beta,
-            dropout=conv.dropout,
-            edge_dim=conv.edge_dim,
-            bias=conv.lin_key.bias is not None,
-            root_weight=conv.root_weight,
-            impl=impl,
-            pyg_dropout=pyg_dropout,
-            aggr=_aggr(conv),
-            flow=conv.flow,
-        )
+        layer = cls(**_constructor_args(conv), impl=impl, pyg_dropout=pyg_dropout, flow=conv.flow)
         return copy_weights(conv, layer)
 
     def to_transformer_conv(self):
         """A ``torch_geometric.nn.TransformerConv`` with exactly this layer's weights, dtype, device and mode."""
         from torch_geometric.nn import TransformerConv as PyGTransformerConv
 
-        return copy_weights(self, PyGTransformerConv(**self._constructor_args()))
+        return copy_weights(self, PyGTransformerConv(**_constructor_args(self)))
+
+
+def _constructor_args(conv) -> dict:
+    """The constructor arguments both layers share, read from either (this one or PyG's ``TransformerConv``)."""
+    return dict(
+        in_channels=conv.in_channels,
+        out_channels=conv.out_channels,
+        heads=conv.heads,
+        concat=conv.concat,
+        beta=conv.beta,
+        dropout=conv.dropout,
+        edge_dim=conv.edge_dim,
+        bias=conv.lin_key.bias is not None,
+        root_weight=conv.root_weight,
+        aggr=_aggr(conv),
+    )
 
 
 def _aggr(conv):

@@ -38,37 +38,14 @@ subprocess), :mod:`~graphattn.bench.report` (ratios, targets, table, files),
 (:mod:`graphattn.cli.bench`) imports this package.
 """
 
-from graphattn.bench.cases import (
-    DEFAULT_SIZES,
-    FULL_SIZES,
-    KEYS,
-    METHODS,
-    MODES,
-    PATTERNS,
-    SCALING,
-    WINDOW,
-    applicable,
-    estimate_bytes,
-    grid,
-    num_edges,
-)
+from graphattn.bench import cases as _cases
+from graphattn.bench.cases import *  # noqa: F403 (its __all__: the grid)
 from graphattn.bench.report import add_ratios, markdown, markdown_from_json, report, targets
 from graphattn.bench.suite import check_device, measure, run
 from graphattn.bench.worker import matmul_gflops, worker
 
-__all__ = [
-    "PATTERNS",
-    "METHODS",
-    "MODES",
-    "DEFAULT_SIZES",
-    "FULL_SIZES",
-    "SCALING",
-    "WINDOW",
-    "KEYS",
-    "num_edges",
-    "estimate_bytes",
-    "applicable",
-    "grid",
+__all__ = [  # the grid's names as graphattn.bench.cases lists them, then the rest
+    *_cases.__all__,
     "worker",
     "matmul_gflops",
     "measure",

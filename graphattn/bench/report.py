@@ -14,6 +14,24 @@ from graphattn.bench.cases import METHODS, MODES, SCALING
 __all__ = ["add_ratios", "targets", "report", "markdown", "markdown_from_json"]
 
 
+_COLUMNS = (  # the table's columns, in order; the markdown page leaves out two
+    "pattern",
+    "L",
+    "edges",
+    "mode",
+    "method",
+    "time_s",
+    "time_ratio",
+    "peak_mib",
+    "memory_ratio",
+    "gflops",
+    "pct_matmul",
+    "prep_s",
+    "compile_s",
+    "status",
+)
+
+
 def add_ratios(rows: list[dict]) -> None:
     """``time_ratio`` and ``memory_ratio``: the method over its graphattn reference on the same case."""
     ref = {
@@ -109,22 +127,7 @@ def report(rows: list[dict], matmul: float, args) -> None:
         title=f"graphattn bench — H={args.heads}, D={args.dim}, {args.dtype}, {args.device}, "
         f"plain matmul {matmul:.0f} GFLOP/s; ratio = method / graphattn (> 1: graphattn wins)"
     )
-    cols = [
-        "pattern",
-        "L",
-        "edges",
-        "mode",
-        "method",
-        "time_s",
-        "time_ratio",
-        "peak_mib",
-        "memory_ratio",
-        "gflops",
-        "pct_matmul",
-        "prep_s",
-        "compile_s",
-        "status",
-    ]
+    cols = _COLUMNS
     for c in cols:
         table.add_column(c, justify="left" if c in ("pattern", "mode", "method", "status") else "right")
     for _, r in frame.iterrows():
@@ -157,20 +160,7 @@ def report(rows: list[dict], matmul: float, args) -> None:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     """The results as a markdown page: date, machine, the table, the targets."""
-    cols = [
-        "pattern",
-        "L",
-        "mode",
-        "method",
-        "time_s",
-        "time_ratio",
-        "peak_mib",
-        "memory_ratio",
-        "gflops",
-        "prep_s",
-        "compile_s",
-        "status",
-    ]
+    cols = [c for c in _COLUMNS if c not in ("edges", "pct_matmul")]
     lines = [
         f"# graphattn bench, {meta['date']}",
         "",
