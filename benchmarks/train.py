@@ -181,6 +181,7 @@ def run(case: str, D: int, name: str, mode: str, args, device) -> dict:
     ref, ours = (m.to(device) for m in pair(name, D))
     modules = {"pyg": ref, "ga": ours, "floor": Projections(ref)}
     if mode == "compiled":
+        torch.compiler.reset()  # each row compiles afresh (the floor's one forward would hit dynamo's recompile limit)
         modules = {k: torch.compile(m) for k, m in modules.items()}
     try:
         return dict(
