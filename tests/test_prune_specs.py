@@ -22,6 +22,11 @@ from graphattn.prune.specs import check_spec, parse_spec
         ("global:first99999999999", "N <= 4096"),  # once a list of 10^11 indices (MemoryError after minutes)
         ("global:first0", "N <= 4096"),
         ("global:3_0", "roles like"),  # Python's int('3_0') == 30
+        ("threshold:0_1", "'tau' of 'threshold' to be a number"),  # Python's float('0_1') == 1.0
+        ("threshold:\u0660.\u0665", "'tau' of 'threshold' to be a number"),  # Arabic-Indic 0.5
+        ("threshold:nan", "'tau' of 'threshold' to be a number"),
+        ("window:1@layers=1_0", "layers like 3-5"),  # int('1_0') == 10
+        ("window:1@heads=\u0663", "heads like 3-5"),  # Arabic-Indic 3
     ],
 )
 def test_malformed_specs_are_one_line_errors(text, fragment):

@@ -232,7 +232,7 @@ def _span(text: str, what: str, whole: str) -> Span:
     for part in text.split("+"):
         lo, dash, hi = part.partition("-")
         try:
-            lo, hi = int(lo), int(hi if dash else lo)
+            lo, hi = spec_text.INT.convert(lo), spec_text.INT.convert(hi if dash else lo)
         except ValueError:
             raise _bad(whole, f"expected {what} like 3-5, 2 or 0+5 (got {text!r})") from None
         if lo < 0 or hi < lo:
