@@ -248,7 +248,7 @@ def check_edge_list(name: str, value: object, what: str = "a LongTensor of shape
         raise TypeError(
             message(
                 name,
-                "an integer dtype",
+                "dtype int64 or int32",
                 value.dtype,
                 "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index",
                 verb="have",

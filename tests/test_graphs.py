@@ -31,7 +31,7 @@ def test_float_mask_is_refused_with_the_polarity():
     "edge_index,exc,match",
     [
         (torch.zeros(3, 4, dtype=torch.long), ValueError, r"shape \(2, E\) \(got \(3, 4\)\)"),
-        (torch.zeros(2, 4), TypeError, "integer dtype"),
+        (torch.zeros(2, 4), TypeError, "dtype int64 or int32"),
         (torch.tensor([[0, -1], [0, 0]]), IndexError, "non-negative"),
         (torch.tensor([[0, 5], [0, 0]]), IndexError, "S = 3"),
         (torch.tensor([[0, 0], [0, 4]]), IndexError, "L = 4"),

@@ -151,7 +151,7 @@ def test_check_edge_list_returns_the_tensor_and_names_each_fault():
     with pytest.raises(TypeError) as err:
         check_edge_list("ei", torch.zeros(2, 3))
     assert str(err.value) == (
-        "Expected 'ei' to have an integer dtype (got torch.float32); "
+        "Expected 'ei' to have dtype int64 or int32 (got torch.float32); "
         "to turn a bool mask into edges use graphattn.graphs.mask_to_edge_index"
     )
     with pytest.raises(ValueError) as err:
@@ -165,7 +165,7 @@ def test_the_entries_keep_their_edge_list_messages():
     with pytest.raises(ValueError, match=re.escape("Expected 'edge_index' to have shape (2, E) (got (3, 2))")):
         ga.attention(q, q, q, torch.zeros(3, 2, dtype=torch.long))
     with pytest.raises(
-        TypeError, match=re.escape("Expected 'edge_index' to have an integer dtype (got torch.float32)")
+        TypeError, match=re.escape("Expected 'edge_index' to have dtype int64 or int32 (got torch.float32)")
     ):
         ga.attention(q, q, q, torch.zeros(2, 2))
     with pytest.raises(ValueError, match=re.escape("Expected 'edge_index[1]' to have shape (2, E) (got (2,))")):

@@ -51,7 +51,7 @@ def group_sizes(batch: Tensor, num_nodes: int) -> Tensor:
         raise (TypeError if batch.dtype not in (torch.int64, torch.int32) else ValueError)(
             message(
                 "batch",
-                f"an integer Tensor of shape (N,) = ({num_nodes},)",
+                f"an int64 or int32 Tensor of shape (N,) = ({num_nodes},)",
                 f"{batch.dtype}, shape {tuple(batch.shape)}",
             )
         )
