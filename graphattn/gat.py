@@ -32,9 +32,9 @@ from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
 from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
-from graphattn import _compat, ops
+from graphattn import _compat, graphs, ops
 from graphattn.routing import copy_weights, needs_propagate
-from graphattn.validate import check_choice
+from graphattn.validate import check_choice, check_edge_list
 
 __all__ = ["GATConv", "GATv2Conv"]
 
@@ -63,6 +63,18 @@ def _keep_pygs_explain_path(module) -> None:
 def _plain(edge_index: Tensor) -> Tensor:
     """An ``EdgeIndex``'s plain tensor (zero-copy) for the operator; a plain tensor itself."""
     return edge_index.as_tensor() if hasattr(edge_index, "as_tensor") else edge_index
+
+
+def _edges(edge_index: Tensor, num_sources: int, num_targets: int) -> Tensor:
+    """``edge_index``'s plain tensor, checked: type and shape always, the index range when eager.
+
+    Before the kernels' gathers read it (they would fail inside torch). Compiled, the range is not
+    read on the host (a data-dependent check would break the graph); the operator checks it.
+    """
+    plain = check_edge_list("edge_index", _plain(edge_index))
+    if not torch.compiler.is_compiling():
+        graphs.check_edge_index(plain, num_sources, num_targets)
+    return plain
 
 
 def _self_loops(module, edge_index: Tensor, edge_attr: Tensor | None, num_nodes):
@@ -264,7 +276,7 @@ class GATConv(PyGGATConv):
         alpha_src = (x_src * self.att_src).sum(-1)  # (S, H, C) · (1, H, C) -> (S, H)
         alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)  # (L, H)
         num_targets = x_dst.size(0) if x_dst is not None else (size[1] if size is not None else x_src.size(0))
-        given, edge_index = edge_index, _plain(edge_index)
+        given, edge_index = edge_index, _edges(edge_index, x_src.size(0), num_targets)
         src, dst, masked, loops = edge_index[0], edge_index[1], None, 0  # (E,), (E,)
         if self.add_self_loops:
             loops = x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
@@ -366,7 +378,7 @@ class GATv2Conv(PyGGATv2Conv):
         same = x_l is x_r
         x_l = self.lin_l(x_l).view(-1, H, C)  # (S, H, C)
         x_r = x_l if same and self.share_weights else self.lin_r(x_r).view(-1, H, C)  # (L, H, C)
-        given, edge_index = edge_index, _plain(edge_index)
+        given, edge_index = edge_index, _edges(edge_index, x_l.size(0), x_r.size(0))
         src, dst, masked, loops = edge_index[0], edge_index[1], None, 0  # (E,), (E,)
         if self.add_self_loops:
             loops = min(x_l.size(0), x_r.size(0))

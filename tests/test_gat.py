@@ -254,3 +254,22 @@ def test_conversion_keeps_float64_weights_that_float32_cannot_hold(convert):
     for name, p in conv.state_dict().items():
         assert torch.equal(layer.state_dict()[name], p), name
         assert torch.equal(back.state_dict()[name], p), name
+
+
+@pytest.mark.parametrize("cls", ["GATConv", "GATv2Conv"])
+@pytest.mark.parametrize(
+    "edge_index, error, fragment",
+    [
+        (torch.tensor([[0, 7], [1, 2]]), IndexError, "'edge_index[0]' to be sources < S = 6"),
+        (torch.tensor([[0, -1], [1, 2]]), IndexError, "'edge_index' to be non-negative"),
+        (torch.tensor([[0.0, 1.0], [1.0, 2.0]]), TypeError, "'edge_index' to have dtype int64 or int32"),
+        (torch.tensor([0, 1, 2]), ValueError, "'edge_index' to have shape (2, E)"),
+    ],
+    ids=["out_of_range", "negative", "float", "1d"],
+)
+def test_a_bad_edge_index_is_named_before_the_fast_path_gathers(cls, edge_index, error, fragment):
+    """The fused forward indexes the scores by the edges: a bad list used to fail inside torch's index_select."""
+    conv = getattr(ga, cls)(5, 4)
+    with pytest.raises(error) as err:
+        conv(torch.randn(6, 5), edge_index)
+    assert fragment in str(err.value)
