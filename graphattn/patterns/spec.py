@@ -77,8 +77,10 @@ def _indices(text: str) -> list[int]:
 
 
 def _float(text: str) -> float:
-    """An ASCII decimal number (``0.1``, ``1e-3``, ``.5``); Python's ``float`` would also take ``0_1`` (1.0),
-    other scripts' digits, ``nan`` and ``inf``."""
+    """An ASCII decimal number (``0.1``, ``1e-3``, ``.5``).
+
+    Python's ``float`` would also take ``0_1`` (1.0), other scripts' digits, ``nan`` and ``inf``.
+    """
     if re.fullmatch(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*", text) is None:
         raise ValueError(text)
     return float(text)
