@@ -192,3 +192,10 @@ def test_rules_join_as_the_more_general_kind_and_keep_the_union_or_intersection(
 def test_only_a_fixed_spec_gives_one_mask():
     with pytest.raises(TypeError, match="Expected 'spec' to be a fixed pattern to give one mask \\(got 'topk:3', a"):
         parse_spec("topk:3").pattern_mask(4)
+
+
+@pytest.mark.parametrize("text", ["window:1@heads=0", "random:2,per=head", "window:1"])
+def test_weights_without_a_head_axis_are_refused_by_name(text):
+    """``Spec.keep`` reads the head axis (per-head draws, ``@heads``): a (L, L) matrix failed inside torch."""
+    with pytest.raises(ValueError, match=r"^Expected 'weights' to have shape \(\.\.\., H, L, L\) \(got \(5, 5\)\)"):
+        parse_spec(text).keep(torch.rand(5, 5))

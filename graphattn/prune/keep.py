@@ -23,7 +23,7 @@ from torch import Tensor
 from graphattn import patterns
 from graphattn.interop.masks import place
 from graphattn.patterns import topk_mask
-from graphattn.validate import message
+from graphattn.validate import message, shape_message
 
 __all__ = ["Spec", "Rule", "Fixed", "Drawn", "Selected", "dense_weights"]
 
@@ -291,8 +291,9 @@ class Spec:
 
         Parameters
         ----------
-        weights : Tensor, shape (..., L, L)
-            Dense weights of the layer (rows = queries, softmax over the valid keys).
+        weights : Tensor, shape (..., H, L, L)
+            Dense weights of the layer (rows = queries, softmax over the valid keys);
+            the head axis is required (per-head draws and ``@heads`` scopes read it).
         valid : Tensor, shape (..., L, L), dtype bool, optional
             The model's graph (padding, causality), broadcastable to
             ``weights``; a sequence's tokens are those some query reads, and a
@@ -307,6 +308,9 @@ class Spec:
             True = may attend, inside ``valid``: shape ``valid.shape`` for a
             fixed pattern (one mask for all heads), ``weights.shape`` otherwise.
         """
+        if not isinstance(weights, Tensor) or weights.dim() < 3:
+            got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
+            raise ValueError(shape_message("weights", "(..., H, L, L)", got))
         if valid is None:
             valid = torch.ones(weights.shape[-2:], dtype=torch.bool, device=weights.device)  # (L, L)
         keep = self.rule.keep(weights, valid, layer)
