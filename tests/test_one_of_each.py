@@ -328,3 +328,23 @@ def test_the_experiments_threshold_calls_the_patterns_one(monkeypatch):
     monkeypatch.setattr(ga.patterns, "threshold_mask", lambda w, tau: calls.append(tau) or real(w, tau))
     parse_spec("threshold:0.3").keep(torch.rand(1, 2, 4, 4).softmax(-1))
     assert calls == [0.3]
+
+
+def test_the_length_check_names_the_config_field_that_set_the_limit():
+    """GPT-2's limit is ``n_positions``; the message cited ``max_position_embeddings`` for it."""
+    from types import SimpleNamespace
+
+    from graphattn.interop.hf import check_max_length
+
+    for config, field in (
+        (SimpleNamespace(n_positions=4), "n_positions"),
+        (SimpleNamespace(max_position_embeddings=4), "max_position_embeddings"),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=rf"^Expected 'max_length' to be at most the model's 4 positions \(config\.{field}\) \(got 5\)$",
+        ):
+            check_max_length(config, 5)
+        assert check_max_length(config, None, default=16) == 4  # the default capped at the limit
+    with pytest.raises(ValueError, match="^Expected 'max_length' to be a positive int"):
+        check_max_length(SimpleNamespace(), None, default=0)  # a default is checked as a given length

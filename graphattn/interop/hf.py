@@ -458,17 +458,11 @@ def check_max_length(model, max_length, default: int | None = None, low: int = 1
         message names both).
     """
     config = getattr(model, "config", model)
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    limit = as_int(limit) if limit is not None else None
+    field = next((f for f in ("max_position_embeddings", "n_positions") if getattr(config, f, None)), None)
+    limit = None if field is None else as_int(getattr(config, field))
     if max_length is None and default is not None:
-        return default if limit is None else min(default, limit)
+        max_length = default if limit is None else min(default, limit)
     max_length = check_int("max_length", max_length, low=low)
     if limit is not None and max_length > limit:
-        raise ValueError(
-            message(
-                "max_length",
-                f"at most the model's {limit} positions (config.max_position_embeddings)",
-                repr(max_length),
-            )
-        )
+        raise ValueError(message("max_length", f"at most the model's {limit} positions (config.{field})", max_length))
     return max_length
