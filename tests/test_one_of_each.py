@@ -348,3 +348,22 @@ def test_the_length_check_names_the_config_field_that_set_the_limit():
         assert check_max_length(config, None, default=16) == 4  # the default capped at the limit
     with pytest.raises(ValueError, match="^Expected 'max_length' to be a positive int"):
         check_max_length(SimpleNamespace(), None, default=0)  # a default is checked as a given length
+
+
+@pytest.mark.parametrize(
+    "hidden, mask, pooling, error, fragment",
+    [
+        (torch.randn(2, 4, 3), torch.ones(1, 4), "mean", ValueError, "'attention_mask' to have shape (B, T) = (2, 4)"),
+        (torch.randn(4, 3), torch.ones(2, 4), "mean", ValueError, "'hidden' to be a Tensor of shape (B, T, F)"),
+        (torch.randn(2, 4, 3), [[1, 1, 1, 1]] * 2, "mean", TypeError, "'attention_mask' to be a Tensor"),
+        (torch.randn(2, 4, 3), torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]]), "cls", ValueError, "to hold at least one"),
+    ],
+    ids=["broadcast_mask", "2d_hidden", "list_mask", "cls_of_padding"],
+)
+def test_pooling_refuses_what_it_would_silently_broadcast(hidden, mask, pooling, error, fragment):
+    """A (1, T) mask was broadcast over B, a (T, F) hidden gave (B, F), 'cls' of a padding row gave token 0."""
+    from graphattn.interop.hf import pool
+
+    with pytest.raises(error) as err:
+        pool(hidden, mask, pooling)
+    assert fragment in str(err.value)

@@ -49,7 +49,7 @@ from graphattn.interop.hooks import graph_attention_forward
 from graphattn.interop.local import model_config, model_path
 from graphattn.interop.masks import note_padding
 from graphattn.patterns import is_pattern
-from graphattn.validate import as_int, check_choice, check_int, message
+from graphattn.validate import as_int, check_choice, check_int, check_tensor, message, shape_message
 
 __all__ = [
     "IMPLEMENTATION",
@@ -385,10 +385,25 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str = "mean") -> Tenso
     """One sentence vector per sequence: ``hidden (B, T, F)``, ``attention_mask (B, T)`` (1 = real token) -> (B, F).
 
     ``"mean"``: the mean over the real tokens (padding excluded), as
-    sentence-transformers pools all-MiniLM-L6-v2; ``"cls"``: the first real
-    token (left or right padding). Not normalised; in ``hidden``'s dtype.
+    sentence-transformers pools all-MiniLM-L6-v2 (a row of padding gives zeros);
+    ``"cls"``: the first real token (left or right padding). Not normalised; in
+    ``hidden``'s dtype.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``hidden`` not a floating (B, T, F) tensor, ``attention_mask`` not (B, T),
+        an unknown ``pooling``, or a sequence without a real token for ``"cls"``.
     """
     check_choice("pooling", pooling, POOLINGS)
+    check_tensor("hidden", hidden, dim=3, shape_text="(B, T, F)", floating=True)
+    check_tensor("attention_mask", attention_mask, dim=2, shape_text="(B, T)")
+    if attention_mask.shape != hidden.shape[:2]:
+        raise ValueError(shape_message("attention_mask", f"(B, T) = {tuple(hidden.shape[:2])}", attention_mask.shape))
+    if pooling == "cls" and not bool(attention_mask.bool().any(1).all()):
+        raise ValueError(
+            message("attention_mask", "at least one real token per sequence for 'cls'", "a row of padding", verb="hold")
+        )
     real = attention_mask.to(hidden.dtype)  # (B, T)
     if pooling == "cls":
         first = real.argmax(1)  # (B,): the first real token
