@@ -367,3 +367,11 @@ def test_pooling_refuses_what_it_would_silently_broadcast(hidden, mask, pooling,
     with pytest.raises(error) as err:
         pool(hidden, mask, pooling)
     assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("pattern", ["full", torch.ones(2, 2), None], ids=["name", "mask", "none"])
+def test_batched_attention_names_a_pattern_that_is_not_one(pattern):
+    """It raised NotImplementedError with two 'Expected' sentences and the tensor's repr inside."""
+    q = torch.randn(5, 2, 4)
+    with pytest.raises(TypeError, match=r"^Expected 'pattern' to be a graphattn\.patterns\.Pattern.*\(got \w+\)$"):
+        ga.ops.batched_attention(q, q, q, pattern, batch=torch.tensor([0, 0, 1, 1, 1]))

@@ -339,6 +339,8 @@ def batched_attention(
 
     Raises
     ------
+    TypeError
+        ``pattern`` not a :class:`graphattn.patterns.Pattern` (an edge list, a mask, a name).
     ValueError
         A ``batch`` that is not a sorted ``(N,)`` vector, or ``L != S``.
     NotImplementedError
@@ -357,6 +359,14 @@ def batched_attention(
     if key.size(0) != N:
         raise ValueError(
             message("key", f"one row per node, N = {N} (attention within each graph)", f"shape {tuple(key.shape)}")
+        )
+    if not is_pattern(pattern):  # an edge list has no per-graph meaning here: the batch's graphs are the pattern's
+        raise TypeError(
+            message(
+                "pattern",
+                "a graphattn.patterns.Pattern, e.g. patterns.full() or patterns.causal()",
+                type(pattern).__name__,
+            )
         )
     check_tensor("batch", batch, dim=1, shape_text="(N,)")
     dropout = check_probability("dropout", dropout)
