@@ -34,7 +34,7 @@ from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
 from graphattn import _compat, graphs, ops
 from graphattn.routing import copy_weights, needs_propagate
-from graphattn.validate import check_choice, check_edge_list
+from graphattn.validate import check_choice, check_edge_list, message
 
 __all__ = ["GATConv", "GATv2Conv"]
 
@@ -147,6 +147,10 @@ def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_a
 
 def _attend(module, score, x_src, edge_index, num_targets, res, given, return_attention_weights, masked, loops):
     """The scores ``(E, H)`` to PyG's return: own loops masked, fused softmax and sum, then :func:`_finish`."""
+    if not torch.compiler.is_compiling() and score.numel() and bool((score.isnan() | score.isposinf()).any()):
+        raise ValueError(  # a NaN or inf in x, edge_attr or the weights: PyG's layer returns NaN rows instead
+            message("x", "finite, with finite edge_attr and weights", "attention scores with a NaN or +inf entry")
+        )
     if masked is not None:
         score = score.masked_fill(masked.unsqueeze(-1), float("-inf"))  # the graph's own loops: weight 0
     out, alpha = ops.scored_attention(

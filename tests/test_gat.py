@@ -273,3 +273,12 @@ def test_a_bad_edge_index_is_named_before_the_fast_path_gathers(cls, edge_index,
     with pytest.raises(error) as err:
         conv(torch.randn(6, 5), edge_index)
     assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("cls", ["GATConv", "GATv2Conv"])
+def test_non_finite_features_are_named_as_the_callers_input(cls):
+    """A NaN feature made the kernel refuse an internal 'score' tensor the caller never passed."""
+    x = torch.randn(6, 5)
+    x[5] = float("nan")  # an isolated node's features: its self-loop's score is NaN
+    with pytest.raises(ValueError, match=r"^Expected 'x' to be finite.*\(got attention scores with a NaN"):
+        getattr(ga, cls)(5, 4)(x, torch.tensor([[0, 1], [1, 2]]))
