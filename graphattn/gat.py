@@ -388,6 +388,8 @@ class GATv2Conv(PyGGATv2Conv):
             loops = min(x_l.size(0), x_r.size(0))
             src, dst, edge_attr, masked = _self_loops(self, edge_index, edge_attr, loops)  # E + N edges
         h = x_l.index_select(0, src) + x_r.index_select(0, dst)  # (E, H, C): Θ_s x_j + Θ_t x_i
+        if edge_attr is not None and self.lin_edge is None:  # PyG asserts; it was a 'NoneType' call here
+            raise ValueError(message("edge_attr", "None for a layer built without edge_dim", "a Tensor"))
         if edge_attr is not None:
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
             h = h + self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C)

@@ -282,3 +282,9 @@ def test_non_finite_features_are_named_as_the_callers_input(cls):
     x[5] = float("nan")  # an isolated node's features: its self-loop's score is NaN
     with pytest.raises(ValueError, match=r"^Expected 'x' to be finite.*\(got attention scores with a NaN"):
         getattr(ga, cls)(5, 4)(x, torch.tensor([[0, 1], [1, 2]]))
+
+
+def test_gatv2_refuses_edge_features_it_has_no_weights_for():
+    """PyG's GATv2Conv asserts ``lin_edge is not None``; the fused path called None."""
+    with pytest.raises(ValueError, match="^Expected 'edge_attr' to be None for a layer built without edge_dim"):
+        ga.GATv2Conv(5, 4)(torch.randn(3, 5), torch.tensor([[0, 1], [1, 2]]), torch.randn(2, 3))
