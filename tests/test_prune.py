@@ -632,3 +632,16 @@ def test_prune_sweep_draws_its_figure(tmp_path, capsys):
     assert len(data["rows"]) == 2 + len(data["meta"]["sweep"]) and "oracle(" not in capsys.readouterr().out
     assert data["rows"][-1]["pattern"] == "bm25" and all("MRR_p_holm" in r for r in data["rows"][1:-1])
     assert matplotlib.image.imread(out / "prune.png").shape[2] in (3, 4)
+
+
+def test_a_run_sizes_the_structure_cache_to_its_batches_and_restores_it():
+    """A sweep warned 'raise the size with set_cache_size', which a command-line user cannot call."""
+    from graphattn import ops
+    from graphattn.prune.run import _structures_kept
+
+    before = ops.cache_size()
+    with _structures_kept(before + 10):
+        assert ops.cache_size() == before + 10
+    with _structures_kept(1):  # never shrinks it
+        assert ops.cache_size() == before
+    assert ops.cache_size() == before
