@@ -28,6 +28,7 @@ __all__ = [
     "softmax_into",
     "softmax_backward",
     "pyg_needs_propagate",
+    "compiler_disable",
     "keep_pyg_explain_path",
     "hf_collected_outputs",
     "hf_attn_implementation",
@@ -109,3 +110,16 @@ def hf_attn_implementation(model) -> str | None:
     not (checked on transformers 5.24).
     """
     return model.config._attn_implementation
+
+
+def compiler_disable(reason: str):
+    """``torch.compiler.disable`` with a ``reason`` dynamo prints at the graph break.
+
+    ``reason=`` is newer than torch 2.4 (the floor): older releases get the decorator without it
+    (checked on torch 2.13).
+    """
+    import inspect
+
+    if "reason" in inspect.signature(torch.compiler.disable).parameters:
+        return torch.compiler.disable(reason=reason)
+    return torch.compiler.disable

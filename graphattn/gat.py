@@ -120,8 +120,8 @@ def _self_loops(module, edge_index: Tensor, edge_attr: Tensor | None, num_nodes)
 def _weights(edge_index: Tensor, alpha: Tensor, masked: Tensor, num_nodes) -> tuple[Tensor, Tensor]:
     """PyG's returned ``(edge_index, alpha)``: the graph's own loops dropped, the added ones last.
 
-    Their number depends on the values: under ``torch.compile(fullgraph=True)`` this needs
-    dynamo's ``capture_dynamic_output_shape_ops`` option set to True. An ``EdgeIndex`` comes back as
+    Their number depends on the values: under ``torch.compile(fullgraph=True)`` torch 2.13 traces it
+    as a size known only when run (older releases may need dynamo's ``capture_dynamic_output_shape_ops``). An ``EdgeIndex`` comes back as
     PyG returns it (its own ``remove_self_loops`` / ``add_self_loops``: the same edges, in the same order).
     """
     kept = ~masked  # (E + N,)

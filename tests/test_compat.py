@@ -81,3 +81,23 @@ def test_keep_pyg_explain_path_restores_message_passing_propagate():
 
 def test_hf_collected_outputs_outside_a_collection_is_empty_or_none():
     assert _compat.hf_collected_outputs() in (None, set())
+
+
+def test_compiler_disable_carries_its_reason_to_the_graph_break():
+    """The reason names the way out (dynamo's own hint says to remove the decorator)."""
+    import torch
+
+    @_compat.compiler_disable("pass the edges as a tensor")
+    def host(x):
+        return x + 1
+
+    def f(x):
+        return host(x) * 2
+
+    def g(x):
+        return host(x) * 2
+
+    torch.compiler.reset()
+    assert torch.equal(torch.compile(f)(torch.ones(2)), torch.full((2,), 4.0))  # a graph break, the same result
+    with pytest.raises(Exception, match="pass the edges as a tensor"):
+        torch.compile(g, fullgraph=True)(torch.ones(2))

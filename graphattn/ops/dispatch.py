@@ -13,6 +13,7 @@ import math
 import torch
 from torch import Tensor
 
+from graphattn import _compat
 from graphattn.ops.guard import causal_guards
 from graphattn.ops.operators import attention_op, check_bias_values, choose_impl, ragged_attention_op
 from graphattn.ops.ragged import (
@@ -382,7 +383,10 @@ def batched_attention(
     return ragged_forward(query, key, value, batch, causal, scale, p), None
 
 
-@torch.compiler.disable
+@_compat.compiler_disable(
+    "patterns other than full/causal, and the weights, read the graph sizes on the host; for "
+    "fullgraph=True use patterns.full() or patterns.causal() without need_weights"
+)
 def _batched_on_edges(query, key, value, pattern, batch, scale: float, p: float, need_weights: bool):
     """Patterns other than full/causal (their per-graph edges), or the weights: the sizes are read on the host."""
     counts = group_sizes(batch, query.size(0))  # (B,)

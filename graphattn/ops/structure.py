@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphattn import _compat
 from graphattn.cache import ContentCache
 from graphattn.graphs import check_edge_index
 from graphattn.patterns import is_pattern
@@ -268,7 +269,10 @@ def cache_size() -> int:
     return _CACHE.size
 
 
-@torch.compiler.disable  # a host-side cache: under torch.compile a graph break (pass the edges as a tensor)
+@_compat.compiler_disable(  # a host-side step: under torch.compile a graph break
+    "a pattern's edges are built and cached on the host; for fullgraph=True pass pattern.edge_index(L) "
+    "(an edge list tensor) instead of the pattern"
+)
 def pattern_edges(pattern, num_targets: int, num_sources: int, device=None) -> Tensor:
     """``pattern.edge_index(L, S)`` on ``device``, built once per pattern object and sizes (patterns are immutable)."""
     L, S = num_targets, num_sources
