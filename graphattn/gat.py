@@ -65,6 +65,16 @@ def _plain(edge_index: Tensor) -> Tensor:
     return edge_index.as_tensor() if hasattr(edge_index, "as_tensor") else edge_index
 
 
+def _check_size(size, x_src: Tensor, x_dst: Tensor | None) -> None:
+    """PyG's ``size (S, L)`` against the features it describes (PyG raises; the fused path would ignore it)."""
+    if size is None:
+        return
+    given = tuple(size)
+    have = (x_src.size(0), given[1] if x_dst is None else x_dst.size(0))
+    if len(given) != 2 or given != have:
+        raise ValueError(message("size", f"(S, L) = {have}, the features' node counts", given))
+
+
 def _edges(edge_index: Tensor, num_sources: int, num_targets: int) -> Tensor:
     """``edge_index``'s plain tensor, checked: type and shape always, the index range when eager.
 
@@ -271,6 +281,7 @@ class GATConv(PyGGATConv):
             return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
         H, C = self.heads, self.out_channels
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
+        _check_size(size, x_src, x_dst)
         res = None if self.res is None or x_dst is None else self.res(x_dst)  # (L, H*C) or (L, C)
         lin_src = self.lin if self.lin is not None else self.lin_src
         lin_dst = self.lin if self.lin is not None else self.lin_dst

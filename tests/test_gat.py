@@ -288,3 +288,14 @@ def test_gatv2_refuses_edge_features_it_has_no_weights_for():
     """PyG's GATv2Conv asserts ``lin_edge is not None``; the fused path called None."""
     with pytest.raises(ValueError, match="^Expected 'edge_attr' to be None for a layer built without edge_dim"):
         ga.GATv2Conv(5, 4)(torch.randn(3, 5), torch.tensor([[0, 1], [1, 2]]), torch.randn(2, 3))
+
+
+def test_a_size_that_contradicts_the_features_is_refused_as_pyg_does():
+    """PyG raises on ``size=(2, 2)`` with 6 nodes; the fused path returned a (6, C) output."""
+    x, edge_index = torch.randn(6, 5), torch.tensor([[0, 1], [1, 0]])
+    with pytest.raises(ValueError):
+        PyGGATConv(5, 4)(x, edge_index, size=(2, 2))
+    with pytest.raises(ValueError, match=r"^Expected 'size' to be \(S, L\) = \(6, 6\)"):
+        ga.GATConv(5, 4)(x, edge_index, size=(2, 2))
+    conv = ga.GATConv(5, 4)
+    assert torch.equal(conv(x, edge_index, size=(6, 6)), conv(x, edge_index))
