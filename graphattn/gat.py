@@ -168,7 +168,7 @@ def _attend(module, score, x_src, edge_index, num_targets, res, given, return_at
         x_src,
         edge_index,
         num_targets,
-        dropout=module.dropout,
+        dropout=module.dropout if module.training else 0.0,  # PyG takes dropout=1.0 (unused in eval)
         training=module.training,
         need_weights=bool(return_attention_weights),
         loops=loops,

@@ -299,3 +299,16 @@ def test_a_size_that_contradicts_the_features_is_refused_as_pyg_does():
         ga.GATConv(5, 4)(x, edge_index, size=(2, 2))
     conv = ga.GATConv(5, 4)
     assert torch.equal(conv(x, edge_index, size=(6, 6)), conv(x, edge_index))
+
+
+@pytest.mark.parametrize(
+    "pyg_cls, convert",
+    [(PyGGATConv, ga.GATConv.from_gat_conv), (PyGGATv2Conv, ga.GATv2Conv.from_gatv2_conv)],
+    ids=["GATConv", "GATv2Conv"],
+)
+def test_dropout_one_in_eval_is_pyg_s_layer(pyg_cls, convert):
+    """PyG builds and evaluates a layer with ``dropout=1.0``; the fused path refused it at forward."""
+    ref = pyg_cls(5, 4, heads=2, dropout=1.0).double().eval()
+    ours = convert(ref)
+    x, edge_index = torch.randn(6, 5, dtype=torch.float64), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    torch.testing.assert_close(ours(x, edge_index), ref(x, edge_index), atol=1e-10, rtol=0)
