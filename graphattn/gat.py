@@ -157,22 +157,25 @@ def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_a
 
 def _attend(module, score, x_src, edge_index, num_targets, res, given, return_attention_weights, masked, loops):
     """The scores ``(E, H)`` to PyG's return: own loops masked, fused softmax and sum, then :func:`_finish`."""
-    if not torch.compiler.is_compiling() and score.numel() and bool((score.isnan() | score.isposinf()).any()):
-        raise ValueError(  # a NaN or inf in x, edge_attr or the weights: PyG's layer returns NaN rows instead
-            message("x", "finite, with finite edge_attr and weights", "attention scores with a NaN or +inf entry")
-        )
     if masked is not None:
         score = score.masked_fill(masked.unsqueeze(-1), float("-inf"))  # the graph's own loops: weight 0
-    out, alpha = ops.scored_attention(
-        score,
-        x_src,
-        edge_index,
-        num_targets,
-        dropout=module.dropout if module.training else 0.0,  # PyG takes dropout=1.0 (unused in eval)
-        training=module.training,
-        need_weights=bool(return_attention_weights),
-        loops=loops,
-    )  # (L, H, C), (E, H)
+    try:
+        out, alpha = ops.scored_attention(
+            score,
+            x_src,
+            edge_index,
+            num_targets,
+            dropout=module.dropout if module.training else 0.0,  # PyG takes dropout=1.0 (unused in eval)
+            training=module.training,
+            need_weights=bool(return_attention_weights),
+            loops=loops,
+        )  # (L, H, C), (E, H)
+    except ValueError as error:  # the kernel checks the scores once; name what the caller passed
+        if not str(error).startswith("Expected 'score' to be free of NaN"):
+            raise
+        raise ValueError(  # a NaN or inf in x, edge_attr or the weights: PyG's layer returns NaN rows instead
+            message("x", "finite, with finite edge_attr and weights", "attention scores with a NaN or +inf entry")
+        ) from error
     return _finish(module, out, res, given, alpha, return_attention_weights, masked, loops)
 
 
