@@ -102,7 +102,11 @@ def pair(name: str, D: int):
 
 
 def estimate_bytes(name: str, E: int, N: int, D: int) -> int:
-    """Rough peak of PyG's forward + backward: its per-edge (E, H, D) tensors dominate."""
+    """Rough peak of PyG's eager forward + backward: its per-edge (E, H, D) tensors dominate.
+
+    Compiled, inductor fuses them away (denser, D = 64: 93 MiB measured against 4.8 GiB eager), so the
+    budget applies to eager rows only.
+    """
     per_edge = {"TransformerConv": 10, "GATConv": 4, "GATv2Conv": 8}[name]
     return 4 * (per_edge * E * HEADS * D + 20 * N * HEADS * D + 8 * E * HEADS)
 
@@ -174,7 +178,7 @@ def run(case: str, D: int, name: str, mode: str, args, device) -> dict:
     N, E = batches[0][0], batches[0][1].size(1)
     row = dict(case=case, D=D, H=HEADS, layer=name, mode=mode, N=N, E=E)
     need = estimate_bytes(name, max(b[1].size(1) for b in batches), N, D)
-    if need > args.memory_budget * 2**30:
+    if mode == "eager" and need > args.memory_budget * 2**30:  # compiled PyG fuses its per-edge tensors away
         return dict(row, status=f"skipped: PyG needs ~{need / 2**30:.1f} GiB > --memory-budget")
     g = torch.Generator().manual_seed(2)
     inputs = [(torch.randn(n, HEADS * D, generator=g).to(device), e.to(device)) for n, e in batches]
