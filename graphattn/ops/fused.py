@@ -4,17 +4,21 @@ For float32/float64 features on the CPU without dropout (and with a first-order
 backward), the ``"csr"`` kernel runs here instead of :mod:`graphattn.ops.csr`'s
 three library calls (sampled matmul, segment softmax, sparse-dense matmul).
 
-- Forward, for each target i (``prange`` on several threads), over its
-  incoming edges (sorted, CSR), edge-major with the heads innermost: the
-  per-head scores ``scale * q_i · k_j (+ bias)`` and their maximum, ``exp``
-  and its sum, the weights, ``out_i = sum_e alpha_e v_j``; nothing per edge
-  but the weights ``alpha (E, H)`` the backward reads, and (L, H) scratch.
+- Forward, for each target i (blocks of targets on ``prange`` on several
+  threads), over its incoming edges (sorted, CSR), edge-major with the heads
+  innermost, in two passes: the per-head scores ``scale * q_i · k_j (+ bias)``
+  and their maximum; then ``p_e = exp(score - max)``, its sum and
+  ``sum_e p_e v_j`` in a small (H, D_v) accumulator, divided by the sum at
+  the end (as are the weights). Nothing per edge but the weights
+  ``alpha (E, H)`` the backward reads.
 - Backward, per target: ``g_e = grad_out_i · v_j (+ grad_alpha_e)``,
   ``d score_e = alpha_e (g_e - sum_e' alpha_e' g_e')`` and ``dq_i``. On one
   thread ``dk_j`` and ``dv_j`` accumulate in the same pass; on several, a
   second pass per source j (the transposed CSR) sums them over its outgoing
   edges, so no two threads write one row (no atomics). Both sum a row's terms
   by ascending target: the result does not depend on the thread count.
+- The rows of the next edges' sources are prefetched (:mod:`graphattn.ops.prefetch`)
+  while an edge is worked on: random rows, which the hardware cannot guess.
 - One thread runs loops compiled without ``parallel`` (no thread pool: an idle
   OpenMP pool spins, and its CPU time counted against every operation after
   it, 8 ms on a 0.15 ms ``torch.equal``).
@@ -40,6 +44,7 @@ from torch import Tensor
 
 __all__ = ["usable", "fused_forward", "fused_backward"]
 
+BLOCK = 64  # targets per block of the parallel kernels' loop (a thread takes whole blocks, each with its scratch)
 ENABLED = True  # switch: False runs the library path (tests compare the two)
 _LOCK = threading.Lock()
 _CALL_LOCK = threading.Lock()
@@ -52,114 +57,146 @@ def _build(parallel: bool):
     import math
 
     import numba
+    import numpy as np
 
-    # the loop over targets/sources: prange on numba's threads, or range (one thread, no thread pool);
-    # a closure variable, so numba's on-disk cache keys the two variants apart
+    from graphattn.ops.prefetch import DISTANCE, prefetch_row, prefetch_row_write
+
+    # the loop over blocks of targets/sources: prange on numba's threads, or range (one thread, no thread
+    # pool); a closure variable, so numba's on-disk cache keys the two variants apart
     prange = numba.prange if parallel else range
     serial = not parallel  # one thread: dk, dv accumulated in the per-target pass (no second pass)
     jit = numba.njit(parallel=parallel, cache=True, fastmath={"reassoc", "contract"}, nogil=True)
+    ahead = DISTANCE
 
     @jit
-    def forward(crow, src, q, k, v, bias, has_bias, scale, out, alpha, top, norm):  # pragma: no cover (compiled)
+    def forward(crow, src, q, k, v, bias, has_bias, scale, out, alpha, block):  # pragma: no cover (compiled)
         L, H, D = q.shape
         zero = scale - scale  # 0 in the feature dtype (scale is a scalar of it): sums stay in it
         Dv = v.shape[2]
         hb = bias.shape[1]
-        for i in prange(L):  # every loop edge-major, heads innermost: contiguous rows
-            e0, e1 = crow[i], crow[i + 1]
-            for h in range(H):
-                for d in range(Dv):
-                    out[i, h, d] = 0.0
-                top[i, h] = -math.inf
-                norm[i, h] = zero
-            for e in range(e0, e1):  # scores and their maximum per head
-                j = src[e]
+        E = src.shape[0]
+        for b in prange((L + block - 1) // block):  # blocks of targets; each its own scratch
+            acc = np.empty((H, Dv), out.dtype)  # sum_e p_e v_j, then out_i
+            top = np.empty(H, out.dtype)  # maximum score per head
+            norm = np.empty(H, out.dtype)  # sum_e p_e, then its inverse
+            for i in range(b * block, min(L, (b + 1) * block)):  # edge-major, heads innermost: contiguous rows
+                e0, e1 = crow[i], crow[i + 1]
                 for h in range(H):
-                    s = zero
-                    for d in range(D):
-                        s += q[i, h, d] * k[j, h, d]
-                    s *= scale
-                    if has_bias:
-                        s += bias[e, h if hb > 1 else 0]
-                    alpha[e, h] = s
-                    top[i, h] = max(top[i, h], s)
-            for h in range(H):
-                if top[i, h] == -math.inf:  # every score -inf: exp gives 0, the weights and the row are 0
-                    top[i, h] = zero
-            for e in range(e0, e1):
-                for h in range(H):
-                    p = math.exp(alpha[e, h] - top[i, h])
-                    alpha[e, h] = p
-                    norm[i, h] += p
-            for h in range(H):
-                norm[i, h] = 1 / norm[i, h] if norm[i, h] > 0 else zero
-            for e in range(e0, e1):  # the weights and the weighted sum of the values
-                j = src[e]
-                for h in range(H):
-                    w = alpha[e, h] * norm[i, h]
-                    alpha[e, h] = w
                     for d in range(Dv):
-                        out[i, h, d] += w * v[j, h, d]
+                        acc[h, d] = zero
+                    top[h] = -math.inf
+                    norm[h] = zero
+                for e in range(e0, e1):  # scores and their maximum per head
+                    if e + ahead < E:
+                        prefetch_row(k, src[e + ahead])
+                    j = src[e]
+                    for h in range(H):
+                        s = zero
+                        for d in range(D):
+                            s += q[i, h, d] * k[j, h, d]
+                        s *= scale
+                        if has_bias:
+                            s += bias[e, h if hb > 1 else 0]
+                        alpha[e, h] = s
+                        top[h] = max(top[h], s)
+                for h in range(H):
+                    if top[h] == -math.inf:  # every score -inf: exp gives 0, the weights and the row are 0
+                        top[h] = zero
+                for e in range(e0, e1):  # p_e = exp(score - max), its sum and sum_e p_e v_j
+                    if e + ahead < E:
+                        prefetch_row(v, src[e + ahead])
+                    j = src[e]
+                    for h in range(H):
+                        p = math.exp(alpha[e, h] - top[h])
+                        alpha[e, h] = p
+                        norm[h] += p
+                        for d in range(Dv):
+                            acc[h, d] += p * v[j, h, d]
+                for h in range(H):  # the weights: p_e / sum; the row: (sum_e p_e v_j) / sum
+                    norm[h] = 1 / norm[h] if norm[h] > 0 else zero
+                    for d in range(Dv):
+                        out[i, h, d] = acc[h, d] * norm[h]
+                for e in range(e0, e1):
+                    for h in range(H):
+                        alpha[e, h] *= norm[h]
 
     @jit
-    def backward_targets(crow, src, q, k, v, alpha, go, ga, has_ga, scale, dq, ds, dk, dv, dot):  # pragma: no cover
+    def backward_targets(crow, src, q, k, v, alpha, go, ga, has_ga, scale, dq, ds, dk, dv, block):  # pragma: no cover
         L, H, D = dq.shape
         zero = scale - scale  # 0 in the feature dtype (scale is a scalar of it): sums stay in it
         Dv = v.shape[2]
-        for i in prange(L):
-            e0, e1 = crow[i], crow[i + 1]
-            for h in range(H):
-                for d in range(D):
-                    dq[i, h, d] = 0.0
-                dot[i, h] = zero
-            for e in range(e0, e1):  # g_e = grad_out_i · v_j (+ grad_alpha_e) and sum_e alpha_e g_e
-                j = src[e]
+        E = src.shape[0]
+        for b in prange((L + block - 1) // block):
+            acc = np.empty((H, D), dq.dtype)  # dq_i before the scale
+            dot = np.empty(H, dq.dtype)  # sum_e alpha_e g_e per head
+            for i in range(b * block, min(L, (b + 1) * block)):
+                e0, e1 = crow[i], crow[i + 1]
                 for h in range(H):
-                    g = zero
-                    for d in range(Dv):
-                        g += go[i, h, d] * v[j, h, d]
-                    if has_ga:
-                        g += ga[e, h]
-                    ds[e, h] = g
-                    dot[i, h] += alpha[e, h] * g
-            for e in range(e0, e1):  # d score = alpha (g - sum alpha g), dq_i (and on one thread dk_j, dv_j)
-                j = src[e]
-                for h in range(H):
-                    w = alpha[e, h] * (ds[e, h] - dot[i, h])
-                    ds[e, h] = w
                     for d in range(D):
-                        dq[i, h, d] += w * k[j, h, d]
-                    if serial:  # one thread: dk_j and dv_j here, in the order of the per-source pass
+                        acc[h, d] = zero
+                    dot[h] = zero
+                for e in range(e0, e1):  # g_e = grad_out_i · v_j (+ grad_alpha_e) and sum_e alpha_e g_e
+                    if e + ahead < E:
+                        prefetch_row(v, src[e + ahead])
+                    j = src[e]
+                    for h in range(H):
+                        g = zero
+                        for d in range(Dv):
+                            g += go[i, h, d] * v[j, h, d]
+                        if has_ga:
+                            g += ga[e, h]
+                        ds[e, h] = g
+                        dot[h] += alpha[e, h] * g
+                for e in range(e0, e1):  # d score = alpha (g - sum alpha g), dq_i (and on one thread dk_j, dv_j)
+                    if e + ahead < E:
+                        n = src[e + ahead]
+                        prefetch_row(k, n)
+                        if serial:
+                            prefetch_row_write(dk, n)
+                            prefetch_row_write(dv, n)
+                    j = src[e]
+                    for h in range(H):
                         a = alpha[e, h]
+                        w = a * (ds[e, h] - dot[h])
+                        ds[e, h] = w
+                        for d in range(D):
+                            acc[h, d] += w * k[j, h, d]
+                        if serial:  # one thread: dk_j and dv_j here, in the order of the per-source pass
+                            for d in range(D):
+                                dk[j, h, d] += w * q[i, h, d]
+                            for d in range(Dv):
+                                dv[j, h, d] += a * go[i, h, d]
+                for h in range(H):
+                    for d in range(D):
+                        dq[i, h, d] = acc[h, d] * scale
+
+    @jit
+    def backward_sources(crow_t, perm_t, col_t, q, alpha, go, ds, scale, dk, dv, block):  # pragma: no cover
+        S, H, D = dk.shape
+        Dv = dv.shape[2]
+        E = col_t.shape[0]
+        for b in prange((S + block - 1) // block):
+            for j in range(b * block, min(S, (b + 1) * block)):
+                for h in range(H):
+                    for d in range(D):
+                        dk[j, h, d] = 0.0
+                    for d in range(Dv):
+                        dv[j, h, d] = 0.0
+                for t in range(crow_t[j], crow_t[j + 1]):
+                    if t + ahead < E:
+                        n = col_t[t + ahead]
+                        prefetch_row(q, n)
+                        prefetch_row(go, n)
+                    e, i = perm_t[t], col_t[t]
+                    for h in range(H):
+                        w, a = ds[e, h], alpha[e, h]
                         for d in range(D):
                             dk[j, h, d] += w * q[i, h, d]
                         for d in range(Dv):
                             dv[j, h, d] += a * go[i, h, d]
-            for h in range(H):
-                for d in range(D):
-                    dq[i, h, d] *= scale
-
-    @jit
-    def backward_sources(crow_t, perm_t, col_t, q, alpha, go, ds, scale, dk, dv):  # pragma: no cover
-        S, H, D = dk.shape
-        Dv = dv.shape[2]
-        for j in prange(S):
-            for h in range(H):
-                for d in range(D):
-                    dk[j, h, d] = 0.0
-                for d in range(Dv):
-                    dv[j, h, d] = 0.0
-            for t in range(crow_t[j], crow_t[j + 1]):
-                e, i = perm_t[t], col_t[t]
                 for h in range(H):
-                    w, a = ds[e, h], alpha[e, h]
                     for d in range(D):
-                        dk[j, h, d] += w * q[i, h, d]
-                    for d in range(Dv):
-                        dv[j, h, d] += a * go[i, h, d]
-            for h in range(H):
-                for d in range(D):
-                    dk[j, h, d] *= scale
+                        dk[j, h, d] *= scale
 
     return forward, backward_targets, backward_sources
 
@@ -225,6 +262,11 @@ def usable(query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, p: fl
     return _has_numba()
 
 
+def _block(n: int) -> int:
+    """Targets (or sources) per block of the kernels' outer loop: all of them on one thread (one scratch)."""
+    return max(n, 1) if torch.get_num_threads() == 1 or not _parallel_ok() else BLOCK
+
+
 def _scalar(x: float, like: Tensor):
     """``x`` as a NumPy scalar of ``like``'s dtype: the kernels' sums and products stay in that dtype."""
     return like.new_tensor(x).numpy()[()]
@@ -243,7 +285,6 @@ def fused_forward(
     out = query.new_empty(L, H, value.size(2))  # (L, H, D_v)
     alpha = query.new_empty(graph.E, H)  # (E, H)
     b = query.new_zeros(1, 1) if bias is None else bias  # (E, H or 1)
-    top, norm = query.new_empty(L, H), query.new_empty(L, H)  # (L, H) scratch: maximum score, 1 / sum exp
     _run(
         forward,
         graph.crow.numpy(),
@@ -256,8 +297,7 @@ def fused_forward(
         _scalar(scale, query),
         out.numpy(),
         alpha.numpy(),
-        top.numpy(),
-        norm.numpy(),
+        _block(L),
     )
     return out, alpha
 
@@ -298,7 +338,7 @@ def fused_backward(
         ds.numpy(),
         dk.numpy(),
         dv.numpy(),
-        query.new_empty(query.size(0), H).numpy(),
+        _block(query.size(0)),
     )
     if serial:
         dk.mul_(scale)
@@ -316,5 +356,6 @@ def fused_backward(
             _scalar(scale, query),
             dk.numpy(),
             dv.numpy(),
+            _block(key.size(0)),
         )
     return dq, dk, dv, ds
