@@ -21,7 +21,7 @@ from numba.extending import intrinsic
 
 __all__ = ["prefetch_row", "prefetch_row_write", "DISTANCE"]
 
-DISTANCE = 4  # edges ahead: the rows of edge e + DISTANCE are asked for while edge e is worked on
+DISTANCE = 8  # edges ahead: the rows of edge e + DISTANCE are asked for while edge e is worked on
 LINE = 64  # bytes per cache line
 
 
