@@ -135,10 +135,10 @@ def test_fused_only_where_it_applies(monkeypatch):
     monkeypatch.setattr(operators, "fused_forward", lambda *a: calls.append(1) or fused.fused_forward(*a))
     q = torch.randn(20, 2, 4)
     ei = _graph("random", 20, 20)
-    ga.attention(q, q, q, ei, impl="csr", dropout=0.5, training=True)  # dropout: the library path
+    ga.attention(q, q, q, ei, impl="csr", dropout=0.5, training=True)  # dropout: fused, torch's mask
     ga.attention(q.half(), q.half(), q.half(), ei, impl="csr")  # half types run in float32: fused
-    assert len(calls) == 1
-    assert not fused.usable(q.to(torch.complex64), q, q, None, 0.0)
+    assert len(calls) == 2
+    assert not fused.usable(q.to(torch.complex64), q, q, None)
 
 
 def test_without_numba_the_library_path_runs(monkeypatch):
@@ -152,3 +152,47 @@ def test_without_numba_the_library_path_runs(monkeypatch):
     out.sum().backward()
     assert not calls
     assert_close(out.detach(), _dense(q.detach(), k.detach(), v.detach(), ei, 0.7)[0])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_fused_dropout_draws_the_library_paths_mask(threads, need_weights):
+    """Dropout on the fused kernel: under one seed the same mask, outputs, weights and gradients as the
+    library path, and both equal the dense oracle with that mask applied to the weights."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(30, 3, 5, dtype=torch.float64, generator=g).requires_grad_() for _ in range(3))
+    ei = _graph("duplicates", 30, 30)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        results = []
+        for enabled in (True, False):
+            fused.ENABLED = enabled
+            for t in (q, k, v):
+                t.grad = None
+            torch.manual_seed(11)
+            out, alpha = ga.attention(q, k, v, ei, impl="csr", scale=0.7, dropout=0.4, need_weights=need_weights)
+            loss = (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum()
+            if need_weights:
+                loss = loss + (alpha * torch.linspace(0, 2, alpha.numel(), dtype=alpha.dtype).view_as(alpha)).sum()
+            loss.backward()
+            results.append(
+                (out.detach(), None if alpha is None else alpha.detach(), [t.grad.clone() for t in (q, k, v)])
+            )
+    finally:
+        fused.ENABLED = True
+        torch.set_num_threads(before)
+    (out_f, alpha_f, grads_f), (out_l, alpha_l, grads_l) = results
+    assert_close(out_f, out_l, atol=1e-12, rtol=1e-12)
+    for a, b in zip(grads_f, grads_l):
+        assert_close(a, b, atol=1e-12, rtol=1e-12)
+    if need_weights:
+        assert torch.equal(alpha_f == 0, alpha_l == 0)  # the same edges dropped
+        assert_close(alpha_f, alpha_l, atol=1e-12, rtol=1e-12)
+        # the oracle: the weights after dropout (the layer's return) times the values
+        dense_alpha = _dense(q.detach(), k.detach(), v.detach(), ei, 0.7)[1]  # (E, H) before dropout
+        kept = alpha_f != 0
+        assert_close(alpha_f[kept], (dense_alpha / 0.6)[kept])
+        src, dst = ei
+        expected = torch.zeros_like(out_f).index_add_(0, dst, alpha_f.unsqueeze(-1) * v.detach()[src])
+        assert_close(out_f, expected)

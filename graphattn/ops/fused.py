@@ -1,8 +1,10 @@
 """The fused CPU kernel of the CSR path: scores, softmax and weighted sum in one pass per target (numba).
 
-For float32/float64 features on the CPU without dropout (and with a first-order
-backward), the ``"csr"`` kernel runs here instead of :mod:`graphattn.ops.csr`'s
-three library calls (sampled matmul, segment softmax, sparse-dense matmul).
+For float32/float64 features on the CPU (and with a first-order backward), the
+``"csr"`` kernel runs here instead of :mod:`graphattn.ops.csr`'s three library
+calls (sampled matmul, segment softmax, sparse-dense matmul). With dropout too:
+the mask is drawn by torch, in the library path's layout (the same bits under
+one seed), and the kernels scale the kept weights by ``1 / (1 - p)``.
 
 - Forward, for each target i (blocks of targets on ``prange`` on several
   threads), over its incoming edges (sorted, CSR), edge-major with the heads
@@ -69,7 +71,7 @@ def _build(parallel: bool):
     ahead = DISTANCE
 
     @jit
-    def forward(crow, src, q, k, v, bias, has_bias, scale, out, alpha, block):  # pragma: no cover (compiled)
+    def forward(crow, src, q, k, v, bias, has_bias, drop, has_drop, scale, out, alpha, block):  # pragma: no cover
         L, H, D = q.shape
         zero = scale - scale  # 0 in the feature dtype (scale is a scalar of it): sums stay in it
         Dv = v.shape[2]
@@ -110,6 +112,8 @@ def _build(parallel: bool):
                         p = math.exp(alpha[e, h] - top[h])
                         alpha[e, h] = p
                         norm[h] += p
+                        if has_drop:  # dropout: the kept weights rescaled by 1 / (1 - p), the others 0
+                            p *= drop[e, h]
                         for d in range(Dv):
                             acc[h, d] += p * v[j, h, d]
                 for h in range(H):  # the weights: p_e / sum; the row: (sum_e p_e v_j) / sum
@@ -121,7 +125,9 @@ def _build(parallel: bool):
                         alpha[e, h] *= norm[h]
 
     @jit
-    def backward_targets(crow, src, q, k, v, alpha, go, ga, has_ga, scale, dq, ds, dk, dv, block):  # pragma: no cover
+    def backward_targets(
+        crow, src, q, k, v, alpha, go, ga, has_ga, drop, has_drop, scale, dq, ds, dk, dv, block
+    ):  # pragma: no cover
         L, H, D = dq.shape
         zero = scale - scale  # 0 in the feature dtype (scale is a scalar of it): sums stay in it
         Dv = v.shape[2]
@@ -143,6 +149,8 @@ def _build(parallel: bool):
                         g = zero
                         for d in range(Dv):
                             g += go[i, h, d] * v[j, h, d]
+                        if has_drop:
+                            g *= drop[e, h]
                         if has_ga:
                             g += ga[e, h]
                         ds[e, h] = g
@@ -162,6 +170,8 @@ def _build(parallel: bool):
                         for d in range(D):
                             acc[h, d] += w * k[j, h, d]
                         if serial:  # one thread: dk_j and dv_j here, in the order of the per-source pass
+                            if has_drop:
+                                a *= drop[e, h]
                             for d in range(D):
                                 dk[j, h, d] += w * q[i, h, d]
                             for d in range(Dv):
@@ -171,7 +181,9 @@ def _build(parallel: bool):
                         dq[i, h, d] = acc[h, d] * scale
 
     @jit
-    def backward_sources(crow_t, perm_t, col_t, q, alpha, go, ds, scale, dk, dv, block):  # pragma: no cover
+    def backward_sources(
+        crow_t, perm_t, col_t, q, alpha, go, ds, drop, has_drop, scale, dk, dv, block
+    ):  # pragma: no cover
         S, H, D = dk.shape
         Dv = dv.shape[2]
         E = col_t.shape[0]
@@ -190,6 +202,8 @@ def _build(parallel: bool):
                     e, i = perm_t[t], col_t[t]
                     for h in range(H):
                         w, a = ds[e, h], alpha[e, h]
+                        if has_drop:
+                            a *= drop[e, h]
                         for d in range(D):
                             dk[j, h, d] += w * q[i, h, d]
                         for d in range(Dv):
@@ -253,9 +267,9 @@ def _run(kernel, *args) -> None:
         _CONCURRENT = numba.threading_layer() != "workqueue"
 
 
-def usable(query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, p: float) -> bool:
-    """Whether the fused kernel runs these inputs: CPU, float32/float64 alike, no dropout, numba present."""
-    if not ENABLED or p > 0.0 or query.device.type != "cpu" or query.dtype not in (torch.float32, torch.float64):
+def usable(query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None) -> bool:
+    """Whether the fused kernel runs these inputs: CPU, float32/float64 alike, numba present."""
+    if not ENABLED or query.device.type != "cpu" or query.dtype not in (torch.float32, torch.float64):
         return False
     if key.dtype != query.dtype or value.dtype != query.dtype or (bias is not None and bias.dtype != query.dtype):
         return False
@@ -276,10 +290,21 @@ def _np(t: Tensor):
     return t.detach().contiguous().numpy()
 
 
+def _drop(keep: Tensor | None, p: float, like: Tensor) -> Tensor:
+    """Dropout's factor per sorted edge and head, ``(E, H)``: ``1 / (1 - p)`` kept, 0 dropped; ``keep`` (H, E)."""
+    if keep is None:
+        return like.new_zeros(1, 1)  # unused (has_drop False)
+    return keep.t().to(like.dtype).mul_(1.0 / (1.0 - p)).contiguous()  # (E, H)
+
+
 def fused_forward(
-    graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float
+    graph, query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None, scale: float, keep: Tensor | None, p: float
 ) -> tuple[Tensor, Tensor]:
-    """``out (L, H, D_v)`` and ``alpha (E, H)`` in sorted edge order; ``bias`` ``(E, H or 1)`` sorted or None."""
+    """``out (L, H, D_v)`` and ``alpha (E, H)`` (before dropout) in sorted edge order.
+
+    ``bias`` ``(E, H or 1)`` sorted or None; ``keep`` (H, E) sorted, dropout's mask (drawn by the caller,
+    as the library path draws it) or None.
+    """
     forward = _kernels()[0]
     L, H, _ = query.shape
     out = query.new_empty(L, H, value.size(2))  # (L, H, D_v)
@@ -294,6 +319,8 @@ def fused_forward(
         _np(value),
         _np(b),
         bias is not None,
+        _drop(keep, p, query).numpy(),
+        keep is not None,
         _scalar(scale, query),
         out.numpy(),
         alpha.numpy(),
@@ -311,8 +338,13 @@ def fused_backward(
     grad_out: Tensor,
     grad_alpha: Tensor | None,
     scale: float,
+    keep: Tensor | None,
+    p: float,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``dq, dk, dv`` (n, H, d) and ``d score (E, H)`` (sorted); ``alpha``, ``grad_alpha`` (E, H) sorted."""
+    """``dq, dk, dv`` (n, H, d) and ``d score (E, H)`` (sorted); ``alpha``, ``grad_alpha`` (E, H) sorted.
+
+    ``alpha`` before dropout, ``grad_alpha`` its gradient; ``keep`` (H, E) sorted, the forward's mask, or None.
+    """
     _, backward_targets, backward_sources = _kernels()
     serial = torch.get_num_threads() == 1 or not _parallel_ok()
     H = query.size(1)
@@ -322,6 +354,7 @@ def fused_backward(
     ds = query.new_empty(graph.E, H)  # (E, H)
     q, a, go = _np(query), _np(alpha), _np(grad_out)
     ga = query.new_zeros(1, 1) if grad_alpha is None else grad_alpha  # (E, H)
+    drop = _drop(keep, p, query).numpy()  # (E, H)
     _run(
         backward_targets,
         graph.crow.numpy(),
@@ -333,6 +366,8 @@ def fused_backward(
         go,
         _np(ga),
         grad_alpha is not None,
+        drop,
+        keep is not None,
         _scalar(scale, query),
         dq.numpy(),
         ds.numpy(),
@@ -353,6 +388,8 @@ def fused_backward(
             a,
             go,
             ds.numpy(),
+            drop,
+            keep is not None,
             _scalar(scale, query),
             dk.numpy(),
             dv.numpy(),

@@ -52,7 +52,7 @@ from graphattn.ops.fused import fused_backward, fused_forward, usable
 from graphattn.ops.guard import csr_fix, finite, graph_guards, guarded
 from graphattn.ops.ragged import ragged_backward, ragged_forward
 from graphattn.ops.sdpa import dense_backward, dense_forward
-from graphattn.ops.shared import apply_keep
+from graphattn.ops.shared import apply_keep, draw_keep
 from graphattn.ops.softmax import segment_softmax
 from graphattn.ops.structure import _Graph, prepare
 from graphattn.validate import message
@@ -79,7 +79,7 @@ def choose_impl(
     2. ``"block"`` when the edges have no duplicates and fill at least
        ``MIN_FILL`` of the padded ``BLOCK x BLOCK`` tiles.
     3. ``"csr"`` otherwise (exact for every input): on the CPU in float32/float64
-       without dropout the fused kernel of :mod:`graphattn.ops.fused`, else the library calls
+       the fused kernel of :mod:`graphattn.ops.fused` (dropout included), else the library calls
        of :mod:`graphattn.ops.csr`.
 
     A forced ``impl`` skips the cost rule of "block"; a forced kernel that
@@ -195,9 +195,10 @@ def attention_op(
             return block_forward(graph, tiles, q, k, v, bias, scale, p, need_alpha)
 
         out, alpha, keep = guarded(kernel, fix, query, key, value, *graph_guards(graph))
-    elif usable(query, key, value, bias, p):  # CPU float32/64, no dropout: one fused pass per target
-        out, alpha = fused_forward(graph, query, key, value, bias, scale)  # (L, H, D_v), (E, H) sorted
-        alpha, keep = alpha.t(), None  # (H, E) as the other kernels give it
+    elif usable(query, key, value, bias):  # CPU float32/64: one fused pass per target
+        keep = draw_keep(query.new_empty(H, graph.E), p) if p > 0.0 else None  # (H, E): the library path's draw
+        out, alpha = fused_forward(graph, query, key, value, bias, scale, keep, p)  # (L, H, D_v), (E, H) sorted
+        alpha = alpha.t()  # (H, E) as the other kernels give it
     else:
         out, alpha, keep = csr_forward(graph, query, key, value, bias, scale, p)
     order = (lambda x: x.contiguous()) if sorted_alpha else (lambda x: graph.unsort(x).contiguous())
@@ -260,9 +261,10 @@ def attention_backward_op(
         dq, dk, dv, ds = dense_backward(graph.edge_set(), *args, need_ds=need_ds)
     elif chosen == "block":
         dq, dk, dv, ds = block_backward(graph, _tiles(graph, impl), *args, need_ds=need_ds)
-    elif keep is None and usable(query, key, value, edge_bias, dropout):
+    elif usable(query, key, value, edge_bias):
+        grad_alpha_sorted = None if args[7] is None else args[7].t()  # (E, H)
         dq, dk, dv, ds = fused_backward(
-            graph, query, key, value, args[3].t(), grad_out, None if args[7] is None else args[7].t(), scale
+            graph, query, key, value, args[3].t(), grad_out, grad_alpha_sorted, scale, args[4], dropout
         )
         ds = ds.t()  # (H, E) as the other kernels give it
     else:
