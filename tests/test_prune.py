@@ -645,3 +645,12 @@ def test_a_run_sizes_the_structure_cache_to_its_batches_and_restores_it():
     with _structures_kept(1):  # never shrinks it
         assert ops.cache_size() == before
     assert ops.cache_size() == before
+
+
+def test_random_zero_keys_per_head_is_the_empty_draw_as_per_model():
+    """``random:0`` and ``random:0,per=head`` are both accepted (``patterns.random(0)``: no key) and keep nothing."""
+    valid = torch.ones(1, 1, 6, 6, dtype=torch.bool)
+    weights = torch.rand(1, 2, 6, 6)  # (B, H, L, S)
+    for text in ("random:0", "random:0,per=head"):
+        keep = parse_spec(text).keep(weights, valid, 0)
+        assert keep.expand(1, 2, 6, 6).shape == (1, 2, 6, 6) and not keep.any(), text  # one mask, or one per head

@@ -159,7 +159,7 @@ def _atom(text: str, whole: str) -> Spec:
                 raise ValueError(message("tau", "a weight in [0, 1]", tau))
             return Spec(text, name, "threshold", Selected(lambda w, valid: patterns.threshold_mask(w, tau), name))
         if family == "random" and kwargs.pop("per", "model") == "head":
-            k, seed = check_int("k", kwargs["k"], low=1), kwargs.get("seed", 0)
+            k, seed = check_int("k", kwargs["k"], low=0), kwargs.get("seed", 0)  # as patterns.random: 0 keys, empty
             name = f"random_{k}_s{seed}_per_head"
             return Spec(text, name, family, Drawn(_per_head(k, seed), name))
         if -1 in roles:  # the last token of each sequence: a pattern function of the length
