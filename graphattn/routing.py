@@ -83,8 +83,11 @@ def resolve(edge_index, size, batch: Tensor | None, S: int, L: int, need_edges: 
     """
     if not is_pattern(edge_index):
         plain, known, values = to_edge_index(edge_index, size)
-        if known is not None and tuple(known) != (S, L):
-            raise ValueError(message("size", f"(S, L) = {(S, L)} from the features", tuple(known)))
+        if known is not None and tuple(known) != (S, L):  # the size given, else the sparse adjacency's own
+            what = f"(S, L) = {(S, L)} from the features"
+            if size is None:
+                raise ValueError(message("edge_index", "a sparse adjacency of size " + what, tuple(known)))
+            raise ValueError(message("size", what, tuple(known)))
         return edge_index, plain, values
     if batch is not None and S != L:
         raise ValueError(message("x", "one node set (S == L) with 'batch'", f"S = {S}, L = {L}"))

@@ -469,3 +469,14 @@ def test_random_graph_equals_the_oracle_on_cuda(impl):
     ref.backward(grad)
     for name, p in conv.named_parameters():
         assert_close(p.grad.cpu(), dict(oracle.named_parameters())[name].grad)
+
+
+def test_mis_sized_sparse_adjacency_names_edge_index_not_size():
+    """A sparse adjacency whose shape contradicts the features is blamed as 'edge_index' (no size was given)."""
+    conv = AttentionConv(8, 8, heads=2)
+    x = torch.randn(5, 8)
+    adj = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 2]]), torch.ones(2), (6, 6))
+    with pytest.raises(ValueError, match=r"'edge_index'.*\(5, 5\).*\(6, 6\)"):
+        conv(x, adj)
+    with pytest.raises(ValueError, match=r"'size'"):
+        conv(x, torch.tensor([[0, 1], [1, 2]]), size=(6, 6))
