@@ -9,7 +9,7 @@ Kernel: the graphs are bucketed by size. The rows ``(node, head)`` of q, k
 and v are gathered (one ``index_select`` each) into a head-major layout in
 which the G graphs of size n form one ``(G * H, n, D)`` block
 (:func:`bucket_layout`); each block is one ``bmm``, softmax, ``bmm``
-(:class:`_Core`, the weights kept for its hand-written backward), and the
+(:class:`_Core`; its hand-written backward recomputes the weights), and the
 output is gathered back. No padding row or padding key exists, and since the
 gathers are permutations their backward is a gather too (no scatter-add).
 Measured on 1000 graphs of 20-40 nodes, H = 4, D = 16, forward + backward,
@@ -192,28 +192,28 @@ def core_reference(q_rows, k_rows, v_rows, buckets, heads: int, causal: bool, sc
 
 
 def _core_forward(q_rows, k_rows, v_rows, buckets, heads, causal, scale, p, seed):
-    """``out_rows (M, D_v)`` and the weights of each bucket (before dropout): one ``bmm`` pair per bucket."""
+    """``out_rows (M, D_v)``: per bucket ``softmax(q k^T * scale) v``, one ``bmm`` pair."""
     q_scaled = q_rows * scale  # (M, D): the scale folded into the queries
     out_rows = v_rows.new_empty(v_rows.shape)  # (M, D_v)
-    weights = []
     parts = zip(*(_blocks(t, buckets, heads) for t in (q_scaled, k_rows, v_rows, out_rows)))
     for b, (q_b, k_b, v_b, out_b) in enumerate(parts):
         w = _weights(torch.bmm(q_b, k_b.mT), causal)  # (G*H, n, D) · (G*H, n, D) -> (G*H, n, n)
-        weights.append(w)
         torch.bmm(w if p == 0.0 else w * _keep_scaled(w, p, seed + b), v_b, out=out_b)  # -> (G*H, n, D_v)
-    return out_rows, weights
+    return out_rows
 
 
-def _core_backward(g_rows, q_rows, k_rows, v_rows, weights, buckets, heads, causal, scale, p, seed):
-    """``dq, dk, dv`` rows of :func:`_core_forward`.
+def _core_backward(g_rows, q_rows, k_rows, v_rows, buckets, heads, causal, scale, p, seed):
+    """``dq, dk, dv`` rows of :func:`_core_forward`, the weights ``w`` recomputed bucket by bucket.
 
     With ``A = w * keep`` (the dropped weights) and ``dW = dA * keep``:
     ``dv = A^T g``, ``dA = g v^T``, the softmax backward
     ``ds = w * (dW - sum_j w_ij dW_ij)``, ``dq = ds k * scale``, ``dk = ds^T q * scale``.
     """
+    q_scaled = q_rows * scale  # (M, D), as forward
     grads = [torch.empty_like(q_rows), torch.empty_like(k_rows), torch.empty_like(v_rows)]  # dq, dk, dv rows
-    blocks = (_blocks(t, buckets, heads) for t in (g_rows, q_rows, k_rows, v_rows, *grads))
-    for b, (w, (g_b, q_b, k_b, v_b, dq_b, dk_b, dv_b)) in enumerate(zip(weights, zip(*blocks))):
+    blocks = (_blocks(t, buckets, heads) for t in (g_rows, q_scaled, k_rows, v_rows, *grads))
+    for b, (g_b, q_b, k_b, v_b, dq_b, dk_b, dv_b) in enumerate(zip(*blocks)):
+        w = _weights(torch.bmm(q_b, k_b.mT), causal)  # (G*H, n, n): forward's weights again
         d_a = torch.bmm(g_b, v_b.mT)  # (G*H, n, D_v) · (G*H, n, D_v) -> (G*H, n, n): dL/dA
         a = w
         if p > 0.0:
@@ -222,14 +222,18 @@ def _core_backward(g_rows, q_rows, k_rows, v_rows, weights, buckets, heads, caus
         torch.bmm(a.mT, g_b, out=dv_b)  # (G*H, n, n) @ (G*H, n, D_v) -> (G*H, n, D_v)
         ds = d_a.sub_((w * d_a).sum(-1, keepdim=True)).mul_(w)  # (G*H, n, n): softmax backward
         torch.bmm(ds, k_b, out=dq_b)  # (G*H, n, n) @ (G*H, n, D) -> (G*H, n, D)
-        torch.bmm(ds.mT, q_b, out=dk_b)  # (G*H, n, n) @ (G*H, n, D) -> (G*H, n, D)
+        torch.bmm(ds.mT, q_b, out=dk_b)  # (G*H, n, n) @ (G*H, n, D) -> (G*H, n, D), q scaled
     grads[0].mul_(scale)
-    grads[1].mul_(scale)
     return tuple(grads)
 
 
 class _Core(torch.autograd.Function):
-    """The fast bucketed attention on layout rows (:func:`_core_forward`), the weights kept for backward.
+    """The fast bucketed attention on layout rows (:func:`_core_forward`); backward recomputes the weights.
+
+    Only q, k, v rows are saved: keeping the weights (``H * sum(n_b^2)``
+    values) saved one ``bmm`` and softmax per bucket in backward (about 20 %
+    of the kernel) but made a GraphGPS step (``benchmarks/gps.py``) hold more
+    for backward than PyG's own (224 against 221 MiB; 195 now).
 
     Backward is :func:`_core_backward`; with ``create_graph=True`` it
     differentiates :func:`core_reference` (the same math and dropout draws)
@@ -238,19 +242,19 @@ class _Core(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q_rows, k_rows, v_rows, buckets, heads, causal, scale, p, seed):
-        out_rows, weights = _core_forward(q_rows, k_rows, v_rows, buckets, heads, causal, scale, p, seed)
-        ctx.save_for_backward(q_rows, k_rows, v_rows, *weights)
+        out_rows = _core_forward(q_rows, k_rows, v_rows, buckets, heads, causal, scale, p, seed)
+        ctx.save_for_backward(q_rows, k_rows, v_rows)
         ctx.args = (buckets, heads, causal, scale, p, seed)
         return out_rows
 
     @staticmethod
     def backward(ctx, g_rows):
-        q_rows, k_rows, v_rows, *weights = ctx.saved_tensors
+        q_rows, k_rows, v_rows = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: the readable path, differentiable again
             out = core_reference(q_rows, k_rows, v_rows, *ctx.args)
             grads = torch.autograd.grad(out, (q_rows, k_rows, v_rows), g_rows, create_graph=True, allow_unused=True)
         else:
-            grads = _core_backward(g_rows, q_rows, k_rows, v_rows, weights, *ctx.args)
+            grads = _core_backward(g_rows, q_rows, k_rows, v_rows, *ctx.args)
         return (*grads, None, None, None, None, None, None)
 
 
@@ -302,8 +306,7 @@ def ragged_backward(
         return torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
     source, back, buckets = bucket_layout(batch.long(), counts, H)
     rows = [t.reshape(-1, t.size(-1)).index_select(0, source) for t in (grad_out, query, key, value)]  # (M, d)
-    _, weights = _core_forward(*rows[1:], buckets, H, causal, scale, p, seed)
-    grads = _core_backward(*rows, weights, buckets, H, causal, scale, p, seed)  # (M, d) each
+    grads = _core_backward(*rows, buckets, H, causal, scale, p, seed)  # (M, d) each
     return tuple(g.index_select(0, back).view(N, H, -1) for g in grads)  # type: ignore[return-value]
 
 
