@@ -13,7 +13,7 @@ which the G graphs of size n form one ``(G * H, n, D)`` block
 output is gathered back. No padding row or padding key exists, and since the
 gathers are permutations their backward is a gather too (no scatter-add).
 Measured on 1000 graphs of 20-40 nodes, H = 4, D = 16, forward + backward,
-1 thread: about 45 ms against about 100 ms for the one padded
+1 thread: about 50 ms against about 100 ms for the one padded
 :func:`torch.nn.functional.scaled_dot_product_attention` call under a key
 padding mask that this kernel replaced (SDPA's flash kernel is slow on
 blocks this small, and the padding added 1.7x the work). The number of
