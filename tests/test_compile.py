@@ -101,16 +101,19 @@ def test_compiled_pattern_with_batch_is_one_ragged_operator():
 def test_ragged_operator_backward_redraws_the_forwards_dropout():
     """The ragged operator with dropout: its gradients are those of the same seeded forward under autograd."""
     from graphattn.ops.operators import ragged_attention_op
-    from graphattn.ops.ragged import padded_attention
+    from graphattn.ops.ragged import bucket_layout, core_reference
 
     g = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(13, 2, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
     batch, seed = torch.tensor([0] * 6 + [1] * 7), torch.tensor(1234)
     out = ragged_attention_op(q, k, v, batch, False, 0.5, 0.4, seed)
     got = torch.autograd.grad(out.square().sum(), (q, k, v))
-    ref, _ = padded_attention(q, k, v, batch, torch.tensor([6, 7]), False, 0.5, 0.4, False, keep_seed=1234)
+    source, back, buckets = bucket_layout(batch, torch.tensor([6, 7]), 2)
+    rows = (t.reshape(-1, 4)[source] for t in (q, k, v))  # the readable path: gather, attention per size, gather back
+    ref = core_reference(*rows, buckets, 2, False, 0.5, 0.4, 1234)[back].view(13, 2, 4)
     want = torch.autograd.grad(ref.square().sum(), (q, k, v))
-    assert torch.equal(out, ref.detach())
+    assert_close(out, ref)
+    assert not torch.allclose(out, ragged_attention_op(q, k, v, batch, False, 0.5, 0.0, seed))  # it dropped some
     for a, b in zip(got, want):
         assert_close(a, b)
 

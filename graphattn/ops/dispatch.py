@@ -391,7 +391,7 @@ def _batched_on_edges(query, key, value, pattern, batch, scale: float, p: float,
     """Patterns other than full/causal (their per-graph edges), or the weights: the sizes are read on the host."""
     counts = group_sizes(batch, query.size(0))  # (B,)
     if getattr(pattern, "kind", None) in RAGGED_KINDS and query.size(0) and fits_one_padded_call(counts):
-        return padded_attention(query, key, value, batch.long(), counts, pattern.kind == "causal", scale, p, True)
+        return padded_attention(query, key, value, batch.long(), counts, pattern.kind == "causal", scale, p)
     if query.size(0) == 0:
         return value.new_zeros(0, query.size(1), value.size(-1)), value.new_zeros(0, query.size(1))
     edges = per_graph_edges(counts, pattern).to(query.device)  # (2, E): the pattern inside each graph
