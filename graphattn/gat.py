@@ -10,7 +10,8 @@ weighted sum of the source features run on :func:`graphattn.ops.scored_attention
 (the ``graphattn::attention`` operator), so no ``(E, H, C)`` message tensor is
 formed for the aggregation. GAT's scores need only per-node halves and one
 edge term; GATv2's apply LeakyReLU to ``x_i + x_j`` before the dot product
-with ``att``, which needs an ``(E, H, C)`` tensor for the scores (as PyG's).
+with ``att``, computed edge by edge on ``graphattn::gatv2_score``
+(:mod:`graphattn.ops.gatv2`), so no ``(E, H, C)`` tensor is formed for them either.
 
 PyG's own ``forward`` (``propagate``) runs where PyG machinery must see every
 message: ``impl="message_passing"``, explain mode, message-passing hooks
@@ -33,6 +34,7 @@ from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
 from graphattn import _compat, graphs, ops
+from graphattn.ops.gatv2 import gatv2_score
 from graphattn.routing import copy_weights, needs_propagate
 from graphattn.validate import check_choice, check_edge_list, message
 
@@ -339,8 +341,10 @@ class GATv2Conv(PyGGATv2Conv):
 
     Notes
     -----
-    The scores need the ``(E, H, C)`` tensor ``LeakyReLU(Θ_s x_j + Θ_t x_i)``
-    (the nonlinearity comes before the dot product with ``a``); the softmax
+    The nonlinearity comes before the dot product with ``a``, so the scores
+    cannot be split into per-node halves; they are computed edge by edge on
+    ``graphattn::gatv2_score`` (:mod:`graphattn.ops.gatv2`), without the
+    ``(E, H, C)`` tensor ``LeakyReLU(Θ_s x_j + Θ_t x_i)`` PyG forms; the softmax
     and aggregation then run fused.
 
     References
@@ -401,13 +405,14 @@ class GATv2Conv(PyGGATv2Conv):
         if self.add_self_loops:
             loops = min(x_l.size(0), x_r.size(0))
             src, dst, edge_attr, masked = _self_loops(self, edge_index, edge_attr, loops)  # E + N edges
-        h = x_l.index_select(0, src) + x_r.index_select(0, dst)  # (E, H, C): Θ_s x_j + Θ_t x_i
         if edge_attr is not None and self.lin_edge is None:  # PyG asserts; it was a 'NoneType' call here
             raise ValueError(message("edge_attr", "None for a layer built without edge_dim", "a Tensor"))
+        edge = None
         if edge_attr is not None:
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
-            h = h + self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C)
-        score = (F.leaky_relu(h, self.negative_slope) * self.att).sum(-1)  # (E, H, C) · (1, H, C) -> (E, H)
+            edge = self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C)
+        # att · leaky_relu(Θ_s x_j + Θ_t x_i (+ Θ_e e_ji)) per edge and head, no (E, H, C) tensor: (E, H)
+        score = gatv2_score(x_l, x_r, self.att.view(H, C), src, dst, edge, self.negative_slope)
         return _attend(self, score, x_l, edge_index, x_r.size(0), res, given, return_attention_weights, masked, loops)
 
     @classmethod

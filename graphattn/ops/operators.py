@@ -26,6 +26,9 @@ path is what a compiled model runs.
   backward recomputes the probabilities (one more ``q k^T`` per call) and
   redraws dropout's mask from the forward's seed.
 
+- ``graphattn::gatv2_score`` and its backward: GATv2's edge scores without an
+  ``(E, H, C)`` tensor (registered by :mod:`graphattn.ops.gatv2`).
+
 Second derivatives (``create_graph=True``: gradient penalties, MAML,
 Hessian-vector products) are right: when the backward of
 ``graphattn::attention`` runs with grad mode on, it is computed with
@@ -64,6 +67,8 @@ OPERATORS = (
     "graphattn::attention_backward",
     "graphattn::ragged_attention",
     "graphattn::ragged_attention_backward",
+    "graphattn::gatv2_score",  # registered by graphattn.ops.gatv2
+    "graphattn::gatv2_score_backward",
 )
 
 
