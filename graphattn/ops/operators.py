@@ -355,37 +355,24 @@ def _looped_differentiable_backward(ctx, query, key, value, edge_index, edge_bia
         if graph.edges > graph.E:
             kept = torch.cat([edge_index[0] != edge_index[1], loop >= 0]).nonzero().squeeze(1)  # (E' + N,)
         edge_index = torch.cat([edge_index, loop.expand(2, -1)], dim=1)  # (2, E + N)
-    if kept is None:
-        return _differentiable_backward(
-            query,
-            key,
-            value,
-            edge_index,
-            edge_bias,
-            keep,
-            ctx.scale,
-            ctx.dropout,
-            grad_out,
-            grad_alpha,
-            ctx.needs_input_grad,
-        )
+    rows = (lambda t: t) if kept is None else (lambda t: None if t is None else t.index_select(0, kept))
     grads = _differentiable_backward(
         query,
         key,
         value,
-        edge_index[:, kept],
-        None if edge_bias is None else edge_bias[kept],  # (E' + N, H or 1)
-        None if keep is None else keep[kept],
+        edge_index if kept is None else edge_index[:, kept],  # (2, E' + N)
+        rows(edge_bias),  # (E' + N, H or 1)
+        rows(keep),
         ctx.scale,
         ctx.dropout,
         grad_out,
-        None if grad_alpha is None else grad_alpha[kept],
+        rows(grad_alpha),
         ctx.needs_input_grad,
     )
-    d_bias = grads[4]
-    if d_bias is not None:  # the own loops' scores: gradient 0, as an edge PyG removed
-        d_bias = d_bias.new_zeros(graph.edges, d_bias.size(1)).index_copy(0, kept, d_bias)  # (E + N, H or 1)
-    return (*grads[:4], d_bias, *grads[5:])
+    if kept is None or grads[4] is None:
+        return grads
+    d_bias = grads[4].new_zeros(graph.edges, grads[4].size(1)).index_copy(0, kept, grads[4])  # (E + N, H or 1)
+    return (*grads[:4], d_bias, *grads[5:])  # the own loops' scores: gradient 0, as an edge PyG removed
 
 
 def reference_attention(query, key, value, edge_index, edge_bias, keep, scale: float, p: float):
