@@ -352,7 +352,7 @@ def _looped_differentiable_backward(ctx, query, key, value, edge_index, edge_bia
     kept = None
     if ctx.loops:  # the reference reads the whole edge list: the loops appended, the own loops left out
         loop = torch.arange(ctx.loops, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
-        if graph.edges > graph.E:
+        if graph.E_in > graph.E:
             kept = torch.cat([edge_index[0] != edge_index[1], loop >= 0]).nonzero().squeeze(1)  # (E' + N,)
         edge_index = torch.cat([edge_index, loop.expand(2, -1)], dim=1)  # (2, E + N)
     rows = (lambda t: t) if kept is None else (lambda t: None if t is None else t.index_select(0, kept))
@@ -371,7 +371,7 @@ def _looped_differentiable_backward(ctx, query, key, value, edge_index, edge_bia
     )
     if kept is None or grads[4] is None:
         return grads
-    d_bias = grads[4].new_zeros(graph.edges, grads[4].size(1)).index_copy(0, kept, grads[4])  # (E + N, H or 1)
+    d_bias = grads[4].new_zeros(graph.E_in, grads[4].size(1)).index_copy(0, kept, grads[4])  # (E + N, H or 1)
     return (*grads[:4], d_bias, *grads[5:])  # the own loops' scores: gradient 0, as an edge PyG removed
 
 

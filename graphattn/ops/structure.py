@@ -40,7 +40,7 @@ class _Graph:
     def __init__(self, edge_index: Tensor, num_targets: int, num_sources: int, kept: Tensor | None = None):
         L, S = num_targets, num_sources
         src, dst = edge_index.long().clone()  # (E_in,), (E_in,) own copies: later edits of the caller's tensor
-        self.edges = src.numel()  # the caller's edges, those left out included (cannot reach the cached structure)
+        self.E_in = src.numel()  # the caller's edges, those left out included (cannot reach the cached structure)
         if kept is not None:
             src, dst = src[kept], dst[kept]  # (E,), (E,)
         self.L, self.S, self.E = L, S, src.numel()
@@ -70,11 +70,11 @@ class _Graph:
         with _LOCK:
             if self._inverse is None:
                 perm = self.perm
-                inverse = torch.zeros(self.edges, dtype=perm.dtype, device=perm.device)  # a left-out edge reads row 0
+                inverse = torch.zeros(self.E_in, dtype=perm.dtype, device=perm.device)  # a left-out edge reads row 0
                 inverse.index_copy_(0, perm, torch.arange(self.E, device=perm.device))  # (E_in,) caller e -> sorted
                 left_out = None
-                if self.edges > self.E:  # then zeroed: cheaper than gathering from a zero-padded copy of x
-                    mask = torch.ones(self.edges, dtype=torch.bool, device=perm.device)
+                if self.E_in > self.E:  # then zeroed: cheaper than gathering from a zero-padded copy of x
+                    mask = torch.ones(self.E_in, dtype=torch.bool, device=perm.device)
                     left_out = mask.index_fill_(0, perm, False).nonzero().squeeze(1)  # (E_in - E,)
                 self._inverse = (inverse, left_out)
         inverse, left_out = self._inverse
@@ -87,7 +87,7 @@ class _Graph:
 
     def pad(self, x: Tensor) -> Tensor:
         """Sorted rows ``(E, ...)`` followed by zero rows for the edges left out: ``(E_in, ...)``."""
-        rows = self.edges - self.E
+        rows = self.E_in - self.E
         return torch.cat([x, x.new_zeros((rows,) + tuple(x.shape[1:]))]) if rows else x
 
     def edge_set(self) -> str | None:
