@@ -10,7 +10,10 @@ weighted sum of the source features run on :func:`graphattn.ops.scored_attention
 (the ``graphattn::attention`` operator), so no ``(E, H, C)`` message tensor is
 formed for the aggregation. GAT's scores need only per-node halves and one
 edge term; GATv2's apply LeakyReLU to ``x_i + x_j`` before the dot product
-with ``att``, which needs an ``(E, H, C)`` tensor for the scores (as PyG's).
+with ``att``, an ``(E, H, C)`` computation, which on the CPU (float32/float64)
+runs as one operator, ``graphattn::gatv2_score`` (:mod:`graphattn.ops.additive`:
+one pass over the edges each way, no ``(E, H, C)`` tensor); elsewhere as
+PyG's PyTorch operations (``ops.additive.readable``, tests pin the two).
 
 PyG's own ``forward`` (``propagate``) runs where PyG machinery must see every
 message: ``impl="message_passing"``, explain mode, message-passing hooks
@@ -338,9 +341,12 @@ class GATv2Conv(PyGGATv2Conv):
 
     Notes
     -----
-    The scores need the ``(E, H, C)`` tensor ``LeakyReLU(Θ_s x_j + Θ_t x_i)``
-    (the nonlinearity comes before the dot product with ``a``); the softmax
-    and aggregation then run fused.
+    The scores need ``LeakyReLU(Θ_s x_j + Θ_t x_i)`` per edge, head and channel
+    (the nonlinearity comes before the dot product with ``a``): on the CPU
+    the ``graphattn::gatv2_score`` operator forms them in one pass over the
+    edges, forward and backward, without an ``(E, H, C)`` tensor; on other
+    devices PyTorch's operations form that tensor (as PyG's). The softmax and
+    aggregation then run fused.
 
     References
     ----------
@@ -400,13 +406,15 @@ class GATv2Conv(PyGGATv2Conv):
         if self.add_self_loops:
             loops = min(x_l.size(0), x_r.size(0))
             src, dst, edge_attr = _self_loops(self, edge_index, edge_attr, loops)  # E + N edges
-        h = x_l.index_select(0, src) + x_r.index_select(0, dst)  # (E, H, C): Θ_s x_j + Θ_t x_i
         if edge_attr is not None and self.lin_edge is None:  # PyG asserts; it was a 'NoneType' call here
             raise ValueError(message("edge_attr", "None for a layer built without edge_dim", "a Tensor"))
+        edge = None
         if edge_attr is not None:
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
-            h = h + self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C)
-        score = (F.leaky_relu(h, self.negative_slope) * self.att).sum(-1)  # (E, H, C) · (1, H, C) -> (E, H)
+            edge = self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C): Θ_e e_ij
+        att = self.att.view(H, C)
+        scores = ops.additive.gatv2_score if ops.additive.usable(x_l, x_r, att, edge) else ops.additive.readable
+        score = scores(x_l, x_r, src, dst, att, edge, self.negative_slope)  # (E, H): a · LeakyReLU(Θ_s x_j + Θ_t x_i)
         return _attend(self, score, x_l, edge_index, x_r.size(0), res, given, return_attention_weights, loops)
 
     @classmethod

@@ -65,6 +65,8 @@ OPERATORS = (
     "graphattn::attention_backward",
     "graphattn::ragged_attention",
     "graphattn::ragged_attention_backward",
+    "graphattn::gatv2_score",  # graphattn.ops.additive
+    "graphattn::gatv2_score_backward",
 )
 
 
