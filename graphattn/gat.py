@@ -10,8 +10,8 @@ weighted sum of the source features run on :func:`graphattn.ops.scored_attention
 (the ``graphattn::attention`` operator), so no ``(E, H, C)`` message tensor is
 formed for the aggregation. GAT's scores need only per-node halves and one
 edge term; GATv2's apply LeakyReLU to ``x_i + x_j`` before the dot product
-with ``att``, an ``(E, H, C)`` computation, which on the CPU (float32/float64)
-runs as one operator, ``graphattn::gatv2_score`` (:mod:`graphattn.ops.additive`:
+with ``att``, an ``(E, H, C)`` computation, which on the CPU (one thread,
+float32/float64) runs as one operator, ``graphattn::gatv2_score`` (:mod:`graphattn.ops.additive`:
 one pass over the edges each way, no ``(E, H, C)`` tensor); elsewhere as
 PyG's PyTorch operations (``ops.additive.readable``, tests pin the two).
 
@@ -343,9 +343,9 @@ class GATv2Conv(PyGGATv2Conv):
     -----
     The scores need ``LeakyReLU(Θ_s x_j + Θ_t x_i)`` per edge, head and channel
     (the nonlinearity comes before the dot product with ``a``): on the CPU
-    the ``graphattn::gatv2_score`` operator forms them in one pass over the
-    edges, forward and backward, without an ``(E, H, C)`` tensor; on other
-    devices PyTorch's operations form that tensor (as PyG's). The softmax and
+    (one thread) the ``graphattn::gatv2_score`` operator forms them in one pass over the
+    edges, forward and backward, without an ``(E, H, C)`` tensor; otherwise
+    PyTorch's operations form that tensor (as PyG's). The softmax and
     aggregation then run fused.
 
     References

@@ -67,7 +67,22 @@ def test_an_index_out_of_range_is_refused_before_it_is_read():
         additive.gatv2_score(x_src, x_dst, src.index_fill(0, torch.tensor([0]), -1), dst, att, None, 0.2)
 
 
-def test_compiled_gatv2_runs_the_operator_and_the_readable_path_equals_it(monkeypatch):
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_kernel_runs_on_one_thread_only(one_thread):
+    x = torch.randn(3, 2, 4)
+    assert additive.usable(x, x, x[0]) and not additive.usable(x, x.double(), x[0])
+    torch.set_num_threads(2)
+    assert not additive.usable(x, x, x[0])  # more threads: PyTorch's (inductor's) parallel code
+
+
+def test_compiled_gatv2_runs_the_operator_and_the_readable_path_equals_it(monkeypatch, one_thread):
     """The layer (PyG's defaults) runs graphattn::gatv2_score compiled (fullgraph) and eager; with the kernel
     switched off it runs the readable formula: the same outputs and gradients as PyG's layer either way."""
     torch.manual_seed(11)

@@ -18,11 +18,13 @@ edges, 8 heads; D = 8 and 64).
 - ``graphattn::gatv2_score_backward(grad (E, H), ...) -> (dx_src, dx_dst, d_att, d_edge)``
 
 Both check every index against ``S`` and ``L`` (IndexError) before reading.
-One thread (no thread pool); the sums accumulate in the feature dtype in edge
-order (``fastmath`` reassociation inside a row only). ``create_graph=True``
+One thread (no thread pool: the layer calls it when torch runs on one thread,
+as training on a shared CPU does; with more, PyTorch's parallel operations
+run instead); the sums accumulate in the feature dtype in edge order
+(``fastmath`` reassociation inside a row only). ``create_graph=True``
 runs the backward with differentiable PyTorch operations (:func:`readable`),
 so second derivatives are exact. :func:`usable` says where the layer calls
-this operator (CPU, float32/float64, numba installed); elsewhere it runs
+this operator (CPU, one thread, float32/float64, numba installed); elsewhere it runs
 :func:`readable` itself, which tests pin to the kernel.
 """
 
@@ -103,13 +105,22 @@ def _kernels():
         return _KERNELS
 
 
+@torch.compiler.assume_constant_result  # read when traced (a call dynamo cannot trace): a compiled model keeps it
+def _one_thread() -> bool:
+    return torch.get_num_threads() == 1
+
+
 def usable(x_src: Tensor, x_dst: Tensor, att: Tensor, edge: Tensor | None = None) -> bool:
-    """Whether the layer runs the operator: CPU, float32/float64 alike, numba installed (and ``ENABLED``)."""
+    """Whether the layer runs the operator: CPU on one thread, float32/float64 alike, numba installed (``ENABLED``).
+
+    The kernel runs on one thread; with more, PyTorch's (and compiled, inductor's) parallel code runs instead.
+    """
     dtype = x_src.dtype
     return (
         ENABLED
         and NUMBA
         and x_src.device.type == "cpu"
+        and _one_thread()
         and dtype in (torch.float32, torch.float64)
         and x_dst.dtype == att.dtype == dtype
         and (edge is None or edge.dtype == dtype)
