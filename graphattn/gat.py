@@ -10,8 +10,10 @@ weighted sum of the source features run on :func:`graphattn.ops.scored_attention
 (the ``graphattn::attention`` operator), so no ``(E, H, C)`` message tensor is
 formed for the aggregation. GAT's scores need only per-node halves and one
 edge term; GATv2's apply LeakyReLU to ``x_i + x_j`` before the dot product
-with ``att``, computed edge by edge on ``graphattn::gatv2_score``
-(:mod:`graphattn.ops.gatv2`), so no ``(E, H, C)`` tensor is formed for them either.
+with ``att``, an ``(E, H, C)`` computation, which on the CPU (one thread,
+float32/float64) runs as one operator, ``graphattn::gatv2_score`` (:mod:`graphattn.ops.additive`:
+one pass over the edges each way, no ``(E, H, C)`` tensor); elsewhere as
+PyG's PyTorch operations (``ops.additive.readable``, tests pin the two).
 
 PyG's own ``forward`` (``propagate``) runs where PyG machinery must see every
 message: ``impl="message_passing"``, explain mode, message-passing hooks
@@ -34,7 +36,6 @@ from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
 from graphattn import _compat, graphs, ops
-from graphattn.ops.gatv2 import gatv2_score
 from graphattn.routing import copy_weights, needs_propagate
 from graphattn.validate import check_choice, check_edge_list, message
 
@@ -90,28 +91,27 @@ def _edges(edge_index: Tensor, num_sources: int, num_targets: int) -> Tensor:
 
 
 def _self_loops(module, edge_index: Tensor, edge_attr: Tensor | None, num_nodes):
-    """PyG's self-loops with shapes known before the values: ``(src, dst, edge_attr, masked)`` over ``E + N`` edges.
+    """PyG's self-loops with shapes known before the values: ``(src, dst, edge_attr)`` over ``E + N`` edges.
 
     PyG removes the graph's own loops (``remove_self_loops``: a data-dependent
     length) and appends one per node. Here the ``N`` loops are appended to all
-    ``E`` edges and the graph's own loops are ``masked`` ``(E + N,)``: the
-    caller gives them the score ``-inf``, so their weight is exactly 0 and they
-    leave the output, the other weights and every gradient exactly as PyG's
-    removal does (their ``edge_attr`` gets a zero gradient, as a removed
-    edge's). The loops' edge feature is PyG's (``compute_loop_attr``): the
-    ``fill_value`` itself, or a reduction (``"mean"``, ``"add"``, ...) of each
-    node's incoming edges' features without its own loops (they go to a spare
-    row that is dropped). Nothing here reads the values on the host, so
-    ``torch.compile(fullgraph=True)`` and ``torch.export`` trace it; the
-    kernels' structure of the ``E + N`` edges is cached under ``edge_index``
-    itself (``ops.scored_attention(loops=N)``), so it is built once per graph.
+    ``E`` edges, and the operator leaves the graph's own loops out
+    (``ops.scored_attention(loops=N)``: they are not in its cached structure),
+    so their weight is exactly 0 and they leave the output, the other weights
+    and every gradient exactly as PyG's removal does (their scores, so their
+    ``edge_attr``, get a zero gradient, as a removed edge's). Their scores are
+    still computed (``E + N`` rows), never read. The loops' edge feature is
+    PyG's (``compute_loop_attr``): the ``fill_value`` itself, or a reduction
+    (``"mean"``, ``"add"``, ...) of each node's incoming edges' features
+    without its own loops (they go to a spare row that is dropped). Nothing
+    here reads the values on the host, so ``torch.compile(fullgraph=True)``
+    and ``torch.export`` trace it; the structure of the ``E + N`` edges is
+    built once per graph, cached under ``edge_index`` itself.
     """
     loop = torch.arange(num_nodes, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
     src, dst = torch.cat([edge_index[0], loop]), torch.cat([edge_index[1], loop])  # (E + N,), (E + N,)
-    own = edge_index[0] == edge_index[1]  # (E,) the graph's own loops
-    masked = torch.cat([own, own.new_zeros(num_nodes)])  # (E + N,)
     if edge_attr is None:
-        return src, dst, None, masked
+        return src, dst, None
     fill = module.fill_value
     size = (num_nodes,) + tuple(edge_attr.shape[1:])
     if fill is None:
@@ -122,28 +122,30 @@ def _self_loops(module, edge_index: Tensor, edge_attr: Tensor | None, num_nodes)
         loop_attr = fill.to(edge_attr.device, edge_attr.dtype)
         loop_attr = (loop_attr.unsqueeze(0) if edge_attr.dim() != loop_attr.dim() else loop_attr).expand(size)
     elif isinstance(fill, str):
+        own = edge_index[0] == edge_index[1]  # (E,) the graph's own loops
         index = torch.where(own, num_nodes, edge_index[1])  # (E,) own loops into the spare row N
         loop_attr = scatter(edge_attr, index, 0, num_nodes + 1, fill)[:num_nodes]  # (N, F_e)
     else:
         raise AttributeError("No valid 'fill_value' provided")  # PyG's error
-    return src, dst, torch.cat([edge_attr, loop_attr]), masked
+    return src, dst, torch.cat([edge_attr, loop_attr])
 
 
-def _weights(edge_index: Tensor, alpha: Tensor, masked: Tensor, num_nodes) -> tuple[Tensor, Tensor]:
+def _weights(edge_index: Tensor, alpha: Tensor, num_nodes) -> tuple[Tensor, Tensor]:
     """PyG's returned ``(edge_index, alpha)``: the graph's own loops dropped, the added ones last.
 
     Their number depends on the values: under ``torch.compile(fullgraph=True)`` torch 2.13 traces it
     as a size known only when run (older releases may need dynamo's ``capture_dynamic_output_shape_ops``). An ``EdgeIndex`` comes back as
     PyG returns it (its own ``remove_self_loops`` / ``add_self_loops``: the same edges, in the same order).
     """
-    kept = ~masked  # (E + N,)
+    plain = _plain(edge_index)
+    kept = torch.cat([plain[0] != plain[1], plain.new_ones(num_nodes, dtype=torch.bool)])  # (E + N,) own loops out
     if hasattr(edge_index, "as_tensor"):  # an EdgeIndex: PyG's own functions keep its type and metadata
         return add_self_loops(remove_self_loops(edge_index)[0], num_nodes=num_nodes)[0], alpha[kept]
     loop = torch.arange(num_nodes, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
     return torch.cat([edge_index, loop.expand(2, -1)], dim=1)[:, kept], alpha[kept]  # (2, E'), (E', H)
 
 
-def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_attention_weights, masked, loops):
+def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_attention_weights, loops):
     """Heads concatenated or averaged, residual, bias; PyG's return (the weights when the flag is truthy, as PyG 2.8)."""
     out = out.flatten(1) if module.concat else out.mean(dim=1)  # (L, H*C) or (L, C); L = 0 too
     if res is not None:
@@ -152,15 +154,13 @@ def _finish(module, out: Tensor, res: Tensor | None, edge_index, alpha, return_a
         out = out + module.bias
     if not return_attention_weights:
         return out
-    if masked is not None:
-        edge_index, alpha = _weights(edge_index, alpha, masked, loops)
+    if loops:
+        edge_index, alpha = _weights(edge_index, alpha, loops)
     return out, (edge_index, alpha)
 
 
-def _attend(module, score, x_src, edge_index, num_targets, res, given, return_attention_weights, masked, loops):
-    """The scores ``(E, H)`` to PyG's return: own loops masked, fused softmax and sum, then :func:`_finish`."""
-    if masked is not None:
-        score = score.masked_fill(masked.unsqueeze(-1), float("-inf"))  # the graph's own loops: weight 0
+def _attend(module, score, x_src, edge_index, num_targets, res, given, return_attention_weights, loops):
+    """The scores ``(E + loops, H)`` to PyG's return: fused softmax (own loops left out) and sum, then :func:`_finish`."""
     try:
         out, alpha = ops.scored_attention(
             score,
@@ -178,7 +178,7 @@ def _attend(module, score, x_src, edge_index, num_targets, res, given, return_at
         raise ValueError(  # a NaN or inf in x, edge_attr or the weights: PyG's layer returns NaN rows instead
             message("x", "finite, with finite edge_attr and weights", "attention scores with a NaN or +inf entry")
         ) from error
-    return _finish(module, out, res, given, alpha, return_attention_weights, masked, loops)
+    return _finish(module, out, res, given, alpha, return_attention_weights, loops)
 
 
 def _config(conv) -> dict:
@@ -297,11 +297,11 @@ class GATConv(PyGGATConv):
         alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)  # (L, H)
         num_targets = x_dst.size(0) if x_dst is not None else (size[1] if size is not None else x_src.size(0))
         given, edge_index = edge_index, _edges(edge_index, x_src.size(0), num_targets)
-        src, dst, masked, loops = edge_index[0], edge_index[1], None, 0  # (E,), (E,)
+        src, dst, loops = edge_index[0], edge_index[1], 0  # (E,), (E,)
         if self.add_self_loops:
             loops = x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
             loops = min(size) if size is not None else loops
-            src, dst, edge_attr, masked = _self_loops(self, edge_index, edge_attr, loops)  # E + N edges
+            src, dst, edge_attr = _self_loops(self, edge_index, edge_attr, loops)  # E + N edges
         score = alpha_src.index_select(0, src)  # (E, H): a_s · Θ_s x_j
         if alpha_dst is not None:
             score = score + alpha_dst.index_select(0, dst)  # (E, H): + a_t · Θ_t x_i
@@ -310,7 +310,7 @@ class GATConv(PyGGATConv):
             w_edge = (self.lin_edge.weight.view(H, C, -1) * self.att_edge.view(H, C, 1)).sum(1)  # (H, F_e): a_e^T Θ_e
             score = score + edge_attr @ w_edge.t()  # (E, F_e) @ (F_e, H) -> (E, H), no (E, H, C) tensor
         score = F.leaky_relu(score, self.negative_slope)  # (E, H)
-        return _attend(self, score, x_src, edge_index, num_targets, res, given, return_attention_weights, masked, loops)
+        return _attend(self, score, x_src, edge_index, num_targets, res, given, return_attention_weights, loops)
 
     @classmethod
     def from_gat_conv(cls, conv: PyGGATConv, impl: str = "auto") -> GATConv:
@@ -341,11 +341,12 @@ class GATv2Conv(PyGGATv2Conv):
 
     Notes
     -----
-    The nonlinearity comes before the dot product with ``a``, so the scores
-    cannot be split into per-node halves; they are computed edge by edge on
-    ``graphattn::gatv2_score`` (:mod:`graphattn.ops.gatv2`), without the
-    ``(E, H, C)`` tensor ``LeakyReLU(Θ_s x_j + Θ_t x_i)`` PyG forms; the softmax
-    and aggregation then run fused.
+    The scores need ``LeakyReLU(Θ_s x_j + Θ_t x_i)`` per edge, head and channel
+    (the nonlinearity comes before the dot product with ``a``): on the CPU
+    (one thread) the ``graphattn::gatv2_score`` operator forms them in one pass over the
+    edges, forward and backward, without an ``(E, H, C)`` tensor; otherwise
+    PyTorch's operations form that tensor (as PyG's). The softmax and
+    aggregation then run fused.
 
     References
     ----------
@@ -401,19 +402,20 @@ class GATv2Conv(PyGGATv2Conv):
         x_l = self.lin_l(x_l).view(-1, H, C)  # (S, H, C)
         x_r = x_l if same and self.share_weights else self.lin_r(x_r).view(-1, H, C)  # (L, H, C)
         given, edge_index = edge_index, _edges(edge_index, x_l.size(0), x_r.size(0))
-        src, dst, masked, loops = edge_index[0], edge_index[1], None, 0  # (E,), (E,)
+        src, dst, loops = edge_index[0], edge_index[1], 0  # (E,), (E,)
         if self.add_self_loops:
             loops = min(x_l.size(0), x_r.size(0))
-            src, dst, edge_attr, masked = _self_loops(self, edge_index, edge_attr, loops)  # E + N edges
+            src, dst, edge_attr = _self_loops(self, edge_index, edge_attr, loops)  # E + N edges
         if edge_attr is not None and self.lin_edge is None:  # PyG asserts; it was a 'NoneType' call here
             raise ValueError(message("edge_attr", "None for a layer built without edge_dim", "a Tensor"))
         edge = None
         if edge_attr is not None:
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
-            edge = self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C)
-        # att · leaky_relu(Θ_s x_j + Θ_t x_i (+ Θ_e e_ji)) per edge and head, no (E, H, C) tensor: (E, H)
-        score = gatv2_score(x_l, x_r, self.att.view(H, C), src, dst, edge, self.negative_slope)
-        return _attend(self, score, x_l, edge_index, x_r.size(0), res, given, return_attention_weights, masked, loops)
+            edge = self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C): Θ_e e_ij
+        att = self.att.view(H, C)
+        scores = ops.additive.gatv2_score if ops.additive.usable(x_l, x_r, att, edge) else ops.additive.readable
+        score = scores(x_l, x_r, src, dst, att, edge, self.negative_slope)  # (E, H): a · LeakyReLU(Θ_s x_j + Θ_t x_i)
+        return _attend(self, score, x_l, edge_index, x_r.size(0), res, given, return_attention_weights, loops)
 
     @classmethod
     def from_gatv2_conv(cls, conv: PyGGATv2Conv, impl: str = "auto") -> GATv2Conv:

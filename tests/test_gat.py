@@ -181,7 +181,8 @@ def test_scored_attention_refuses_bad_scores():
 
 
 def test_scored_attention_loops_equal_the_concatenated_edges():
-    """loops=N is the edge list with (i, i), i < N, appended: same output and weights as passing those edges."""
+    """loops=N on a graph without own loops is the edge list with (i, i), i < N, appended: same output and weights
+    as passing those edges."""
     g = torch.Generator().manual_seed(6)
     value, edge_index = torch.randn(5, 2, 3, generator=g, dtype=torch.float64), torch.tensor([[0, 1, 4], [1, 2, 2]])
     score = torch.randn(3 + 4, 2, generator=g, dtype=torch.float64)
@@ -189,6 +190,47 @@ def test_scored_attention_loops_equal_the_concatenated_edges():
     got = ga.ops.scored_attention(score, value, edge_index, 5, loops=4, need_weights=True)
     want = ga.ops.scored_attention(score, value, whole, 5, need_weights=True)
     assert (got[0] - want[0]).abs().max() < 1e-12 and (got[1] - want[1]).abs().max() < 1e-12
+
+
+def test_scored_attention_loops_leave_the_own_loops_out_as_pygs_remove_self_loops():
+    """loops=N on a graph with own loops (one twice, one at i >= N): PyG's remove_self_loops + add_self_loops on the
+    edge list gives the same output, the same weights on the edges it keeps, and the same score gradients
+    (float64, 1e-12); the own loops get weight 0 and gradient 0. Under create_graph=True too (the differentiable
+    backward), and in training with dropout (the same draw as the looped list: the structure is the same)."""
+    from torch_geometric.utils import add_self_loops, remove_self_loops
+
+    g = torch.Generator().manual_seed(9)
+    edge_index = torch.tensor([[0, 1, 4, 2, 3, 1, 2, 5], [1, 2, 2, 2, 3, 0, 2, 5]])  # own loops: 2->2 twice, 3, 5
+    own = edge_index[0] == edge_index[1]  # (E,)
+    kept = torch.cat([~own, torch.ones(4, dtype=torch.bool)])  # (E + 4,)
+    looped = add_self_loops(remove_self_loops(edge_index)[0], num_nodes=4)[0]  # (2, E' + 4): PyG's edges, in order
+    assert torch.equal(torch.cat([edge_index, torch.arange(4).expand(2, -1)], dim=1)[:, kept], looped)
+    value = torch.randn(6, 2, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    score = torch.randn(edge_index.size(1) + 4, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    w_out = torch.randn(6, 2, 3, generator=g, dtype=torch.float64)
+    w_alpha = torch.randn(score.shape, generator=g, dtype=torch.float64)
+    for create_graph in (False, True):
+        got = ga.ops.scored_attention(score, value, edge_index, 6, loops=4, need_weights=True)
+        want = ga.ops.scored_attention(score[kept], value, looped, 6, need_weights=True)
+        assert (got[0] - want[0]).abs().max() < 1e-12
+        assert (got[1][kept] - want[1]).abs().max() < 1e-12 and torch.equal(got[1][~kept], torch.zeros(4, 2))
+        grads = [
+            torch.autograd.grad((out * w_out).sum() + (alpha * w).sum(), (score, value), create_graph=create_graph)
+            for (out, alpha), w in ((got, w_alpha), (want, w_alpha[kept]))
+        ]
+        assert (grads[0][0][kept] - grads[1][0][kept]).abs().max() < 1e-12
+        assert torch.equal(grads[0][0][~kept], torch.zeros(4, 2))
+        assert (grads[0][1] - grads[1][1]).abs().max() < 1e-12
+    for need_weights in (True, False):  # False: the weights the backward reads stay in the structure's order
+        torch.manual_seed(10)
+        got = ga.ops.scored_attention(score, value, edge_index, 6, loops=4, dropout=0.5, need_weights=need_weights)
+        torch.manual_seed(10)
+        want = ga.ops.scored_attention(score[kept], value, looped, 6, dropout=0.5, need_weights=need_weights)
+        assert (got[0] - want[0]).abs().max() < 1e-12
+        assert not need_weights or (got[1][kept] - want[1]).abs().max() < 1e-12
+        grads = [torch.autograd.grad((out * w_out).sum(), (score, value)) for out, _ in (got, want)]
+        assert (grads[0][0][kept] - grads[1][0][kept]).abs().max() < 1e-12
+        assert torch.equal(grads[0][0][~kept], torch.zeros(4, 2)) and (grads[0][1] - grads[1][1]).abs().max() < 1e-12
 
 
 @pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)

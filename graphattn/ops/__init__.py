@@ -46,7 +46,7 @@ derivatives are exact too (a differentiable backward under
 ``create_graph=True``, see the operators' module).
 """
 
-from graphattn.ops import gatv2, operators  # noqa: F401  (registers the graphattn:: operators)
+from graphattn.ops import additive, operators  # noqa: F401  (registers the graphattn:: operators)
 from graphattn.ops.dispatch import IMPLS, attention, batched_attention, check_edge_bias, check_qkv, choose_impl
 from graphattn.ops.operators import OPERATORS
 from graphattn.ops.scored import scored_attention

@@ -14,9 +14,10 @@ path is what a compiled model runs.
   weights before dropout in the caller's edge order (``(0, H)`` unless
   ``need_alpha``) and dropout's keep mask (``(0, H)`` unless ``dropout > 0``
   and ``need_alpha``). Two trailing arguments: ``sorted_alpha`` (the weights
-  in the structure's order) and ``loops`` (the edges ``(i, i)``, ``i < loops``,
-  follow ``edge_index``'s: GAT's self-loops, whose structure is then cached
-  under ``edge_index`` although the caller appends them on every call).
+  in the structure's order) and ``loops`` (PyG's self-loops: the graph's own
+  loops are left out of the structure, weight 0 and gradient 0, and the edges
+  ``(i, i)``, ``i < loops``, follow ``edge_index``'s; the structure is cached
+  under ``edge_index`` although the caller appends the loops on every call)
 - ``graphattn::attention_backward(...) -> (dq, dk, dv, d_score (E, H))``: the
   hand-written backward of the same kernel, from the saved weights.
 - ``graphattn::ragged_attention(query, key, value, batch, causal, scale,
@@ -25,9 +26,8 @@ path is what a compiled model runs.
   ``torch.compile`` (eager runs the same kernel under PyTorch's autograd). Its
   backward recomputes the probabilities (one more ``q k^T`` per call) and
   redraws dropout's mask from the forward's seed.
-
 - ``graphattn::gatv2_score`` and its backward: GATv2's edge scores without an
-  ``(E, H, C)`` tensor (registered by :mod:`graphattn.ops.gatv2`).
+  ``(E, H, C)`` tensor (registered by :mod:`graphattn.ops.additive`).
 
 Second derivatives (``create_graph=True``: gradient penalties, MAML,
 Hessian-vector products) are right: when the backward of
@@ -67,7 +67,7 @@ OPERATORS = (
     "graphattn::attention_backward",
     "graphattn::ragged_attention",
     "graphattn::ragged_attention_backward",
-    "graphattn::gatv2_score",  # registered by graphattn.ops.gatv2
+    "graphattn::gatv2_score",  # graphattn.ops.additive
     "graphattn::gatv2_score_backward",
 )
 
@@ -170,9 +170,11 @@ def attention_op(
     """Attention along ``edge_index``: ``out (L, H, D_v)``, ``alpha (E, H)`` and ``keep (E, H)`` (see module).
 
     ``sorted_alpha``: ``alpha`` and ``keep`` in the structure's sorted edge order (what the backward
-    reads), not the caller's: for training without the weights, two gathers fewer per call.
-    ``loops``: the graph is ``edge_index`` followed by the edges ``(i, i)``, ``i < loops`` (GAT's
-    self-loops; ``E`` counts them), its structure cached under ``edge_index`` (:func:`prepare`).
+    reads; zero rows for the edges left out at the end), not the caller's: for training without the
+    weights, two gathers fewer per call.
+    ``loops``: the graph is ``edge_index`` without its own loops, followed by the edges ``(i, i)``,
+    ``i < loops`` (PyG's self-loops; ``E`` counts all of them, the own loops' rows are 0), its
+    structure cached under ``edge_index`` (:func:`prepare`).
     """
     L, H, _ = query.shape
     S = key.size(0)
@@ -206,7 +208,7 @@ def attention_op(
         alpha = alpha.t()  # (H, E) as the other kernels give it
     else:
         out, alpha, keep = csr_forward(graph, query, key, value, bias, scale, p)
-    order = (lambda x: x.contiguous()) if sorted_alpha else (lambda x: graph.unsort(x).contiguous())
+    order = (lambda x: graph.pad(x).contiguous()) if sorted_alpha else (lambda x: graph.unsort(x).contiguous())
     alpha = order(alpha.t()) if need_alpha else _empty(query, H)  # (E, H) caller's (or sorted) order
     keep = order(keep.t()) if need_alpha and keep is not None else _empty(query, H, torch.bool)  # (E, H)
     return out.contiguous(), alpha, keep
@@ -248,7 +250,7 @@ def attention_backward_op(
     S = key.size(0)
     graph = prepare(edge_index, L, S, device=query.device, loops=loops)
     chosen = choose_impl(graph, query, key, value, edge_bias, impl)  # the forward's choice (same inputs)
-    to_sorted = (lambda x: x.t()) if sorted_alpha else (lambda x: graph.sort(x).t())  # (E, H) -> (H, E) sorted
+    to_sorted = (lambda x: x[: graph.E].t()) if sorted_alpha else (lambda x: graph.sort(x).t())  # (H, E) sorted
     args = (
         query,
         key,
@@ -321,13 +323,8 @@ def _attention_backward(ctx, grad_out, grad_alpha, _grad_keep):
         grad_out = value.new_zeros(query.size(0), *value.shape[1:])
     needs = ctx.needs_input_grad
     if torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
-        if ctx.sorted_alpha and keep is not None:  # the reference reads the mask in the caller's order
-            keep = prepare(edge_index, query.size(0), key.size(0), device=query.device, loops=ctx.loops).unsort(keep)
-        if ctx.loops:  # the reference reads the whole edge list: the loops appended
-            loop = torch.arange(ctx.loops, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
-            edge_index = torch.cat([edge_index, loop.expand(2, -1)], dim=1)  # (2, E + N)
-        return _differentiable_backward(
-            query, key, value, edge_index, edge_bias, keep, ctx.scale, ctx.dropout, grad_out, grad_alpha, needs
+        return _looped_differentiable_backward(
+            ctx, query, key, value, edge_index, edge_bias, keep, grad_out, grad_alpha
         )
     need_ds = edge_bias is not None and needs[4]
     dq, dk, dv, ds = attention_backward_op(
@@ -351,6 +348,37 @@ def _attention_backward(ctx, grad_out, grad_alpha, _grad_keep):
     if need_ds:
         d_bias = ds if edge_bias.size(1) > 1 else ds.sum(1, keepdim=True)  # (E, H) or (E, 1)
     return dq, dk, dv, None, d_bias, None, None, None, None, None, None
+
+
+def _looped_differentiable_backward(ctx, query, key, value, edge_index, edge_bias, keep, grad_out, grad_alpha):
+    """:func:`_differentiable_backward` on the graph the forward attended: own loops left out, ``loops`` appended."""
+    graph = prepare(edge_index, query.size(0), key.size(0), device=query.device, loops=ctx.loops)
+    if ctx.sorted_alpha and keep is not None:  # the reference reads the mask in the caller's order
+        keep = graph.unsort(keep[: graph.E])  # (E_in, H)
+    kept = None
+    if ctx.loops:  # the reference reads the whole edge list: the loops appended, the own loops left out
+        loop = torch.arange(ctx.loops, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
+        if graph.E_in > graph.E:
+            kept = torch.cat([edge_index[0] != edge_index[1], loop >= 0]).nonzero().squeeze(1)  # (E' + N,)
+        edge_index = torch.cat([edge_index, loop.expand(2, -1)], dim=1)  # (2, E + N)
+    rows = (lambda t: t) if kept is None else (lambda t: None if t is None else t.index_select(0, kept))
+    grads = _differentiable_backward(
+        query,
+        key,
+        value,
+        edge_index if kept is None else edge_index[:, kept],  # (2, E' + N)
+        rows(edge_bias),  # (E' + N, H or 1)
+        rows(keep),
+        ctx.scale,
+        ctx.dropout,
+        grad_out,
+        rows(grad_alpha),
+        ctx.needs_input_grad,
+    )
+    if kept is None or grads[4] is None:
+        return grads
+    d_bias = grads[4].new_zeros(graph.E_in, grads[4].size(1)).index_copy(0, kept, grads[4])  # (E + N, H or 1)
+    return (*grads[:4], d_bias, *grads[5:])  # the own loops' scores: gradient 0, as an edge PyG removed
 
 
 def reference_attention(query, key, value, edge_index, edge_bias, keep, scale: float, p: float):

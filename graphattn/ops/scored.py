@@ -52,16 +52,21 @@ def scored_attention(
     need_weights : bool, default False
         Also return ``alpha (E + loops, H)`` (after dropout).
     loops : int, default 0
-        The edges ``(i, i)`` for ``i < loops`` (at most ``min(S, L)``) follow
-        ``edge_index``'s, as if concatenated to it: GAT's self-loops. Their
-        structure is cached under ``edge_index`` itself, so a model that
-        appends them on every call (compiled too) sorts the edges once.
+        PyG's self-loops (GAT's ``remove_self_loops`` then ``add_self_loops``)
+        with shapes known before the values: the edges ``(i, i)`` for
+        ``i < loops`` (at most ``min(S, L)``) follow ``edge_index``'s, as if
+        concatenated to it, and when ``loops > 0`` the graph's own loops
+        ``(i, i)`` in ``edge_index`` are left out: weight exactly 0, their
+        scores' gradient 0, as edges PyG removed. The structure is cached
+        under ``edge_index`` itself, so a model that appends the loops on every
+        call (compiled too) sorts the edges once and masks nothing per call.
 
     Returns
     -------
     output : Tensor, shape (L, H, D_v)
         A target without incoming edges gets an exact zero row.
     alpha : Tensor, shape (E + loops, H), or None
+        0 for the own loops left out (``loops > 0``).
 
     Raises
     ------
