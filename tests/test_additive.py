@@ -114,3 +114,11 @@ def test_compiled_gatv2_runs_the_operator_and_the_readable_path_equals_it(monkey
     for got in runs:
         for a, b in zip(got, want):
             assert (a - b).abs().max() < 1e-10
+
+
+def test_the_backward_operator_called_directly_refuses_an_index_out_of_range():
+    x_src, x_dst = torch.randn(7, 3, 4, dtype=torch.float64), torch.randn(5, 3, 4, dtype=torch.float64)
+    att, grad = torch.randn(3, 4, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64)
+    for src in (torch.tensor([0, 7]), torch.tensor([0, 10**10]), torch.tensor([0, -1])):
+        with pytest.raises(IndexError, match="edge_index"):
+            torch.ops.graphattn.gatv2_score_backward(grad, x_src, x_dst, src, torch.tensor([0, 1]), att, None, 0.2)

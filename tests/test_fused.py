@@ -196,3 +196,21 @@ def test_fused_dropout_draws_the_library_paths_mask(threads, need_weights):
         src, dst = ei
         expected = torch.zeros_like(out_f).index_add_(0, dst, alpha_f.unsqueeze(-1) * v.detach()[src])
         assert_close(out_f, expected)
+
+
+def test_a_row_whose_softmax_sum_is_nan_is_nan_on_both_paths():
+    """An infinite key gives exp(inf - inf) = NaN in its row's sum: every weight of the row is NaN, as on
+    the library path (the fused kernel gave its other edges the weight 0)."""
+    q = torch.tensor([[[1.0]], [[-1.0]]], dtype=torch.float64)  # (2, 1, 1)
+    k = torch.tensor([[[float("inf")]], [[0.5]]], dtype=torch.float64)
+    v = torch.tensor([[[2.0]], [[3.0]]], dtype=torch.float64)
+    ei = torch.tensor([[0, 1, 0, 1], [0, 0, 1, 1]])
+    got = []
+    for enabled in (True, False):
+        fused.ENABLED = enabled
+        try:
+            got.append(ga.attention(q, k, v, ei, impl="csr", scale=1.0, need_weights=True)[1])
+        finally:
+            fused.ENABLED = True
+    assert torch.equal(got[0].isnan(), got[1].isnan()) and got[0][:2].isnan().all()
+    assert torch.equal(got[0][2:], got[1][2:])

@@ -210,6 +210,7 @@ def gatv2_score_backward(
     negative_slope: float,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``dx_src (S, H, C)``, ``dx_dst (L, H, C)``, ``d_att (H, C)``, ``d_edge (E, H, C)`` (``(0, H, C)`` without ``edge``)."""
+    _checked(src, dst, x_src.size(0), x_dst.size(0))  # called directly too: never a write out of bounds
     dx_src, dx_dst, d_att = torch.zeros_like(x_src), torch.zeros_like(x_dst), torch.zeros_like(att)
     d_edge = torch.empty_like(edge) if edge is not None else x_src.new_empty(0, *x_src.shape[1:])
     edge_np, has_edge = _edge_arg(edge, x_src)

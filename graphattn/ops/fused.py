@@ -117,7 +117,7 @@ def _build(parallel: bool):
                         for d in range(Dv):
                             acc[h, d] += p * v[j, h, d]
                 for h in range(H):  # the weights: p_e / sum; the row: (sum_e p_e v_j) / sum
-                    norm[h] = 1 / norm[h] if norm[h] > 0 else zero
+                    norm[h] = 1 / norm[h] if norm[h] != 0 else zero  # a NaN sum stays NaN (the library path's)
                     for d in range(Dv):
                         out[i, h, d] = acc[h, d] * norm[h]
                 for e in range(e0, e1):
