@@ -234,6 +234,22 @@ def test_scored_attention_loops_leave_the_own_loops_out_as_pygs_remove_self_loop
 
 
 @pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)
+def test_a_nan_feature_on_an_own_loop_pyg_removes_is_never_read(pyg_cls, ga_cls, convert):
+    """add_self_loops=True: an own loop's edge feature is not read (PyG removes the edge), so a NaN there neither
+    raises nor reaches the output, which equals PyG's (the structure leaves the own loops out)."""
+    torch.manual_seed(12)
+    ref = pyg_cls(8, 4, heads=2, edge_dim=3).double()
+    ours = getattr(ga_cls, convert)(ref)
+    x, (edge_index, edge_attr) = torch.randn(13, 8, dtype=torch.float64), _graph()
+    edge_attr[-1] = float("nan")  # the edge (4, 4): an own loop
+    got, want = ours(x, edge_index, edge_attr), ref(x, edge_index, edge_attr)
+    assert torch.isfinite(want).all() and (got - want).abs().max() < 1e-10
+    edge_attr[0] = float("nan")  # an edge that is read: refused by name, as before
+    with pytest.raises(ValueError, match="'x' to be finite"):
+        ours(x, edge_index, edge_attr)
+
+
+@pytest.mark.parametrize("pyg_cls,ga_cls,convert", PAIRS)
 def test_self_loops_build_the_structure_once_and_return_pygs_edges(pyg_cls, ga_cls, convert):
     """add_self_loops=True: later calls on one graph hit the structure cache (the loops' structure is kept under
     edge_index, not rebuilt per call), and the returned edges are PyG's (an EdgeIndex stays one)."""

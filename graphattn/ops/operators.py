@@ -178,10 +178,10 @@ def attention_op(
     """
     L, H, _ = query.shape
     S = key.size(0)
-    check_bias_values(edge_bias)
     graph = prepare(edge_index, L, S, device=query.device, loops=loops)
     chosen = choose_impl(graph, query, key, value, edge_bias, impl)
-    bias = None if edge_bias is None else graph.sort(edge_bias)  # (E, H or 1) sorted
+    bias = None if edge_bias is None else graph.sort(edge_bias)  # (E, H or 1) sorted: the edges attended
+    check_bias_values(bias)  # (the own loops that loops= leaves out are never read)
     p = dropout
     fix = csr_fix(query, key, value, bias, scale, p)
     if chosen == "sdpa":

@@ -103,7 +103,7 @@ def scored_attention(
     check_tensor("score", score, floating=True)
     if score.dtype != value.dtype:
         raise TypeError(message("score", f"of the dtype of 'value' ({value.dtype})", score.dtype))
-    if not torch.compiler.is_compiling() and score.numel() and bool((score.isnan() | score.isposinf()).any()):
+    if not torch.compiler.is_compiling() and score.numel() and bool(_read_non_finite(score, edge_index, loops)):
         raise ValueError(message("score", "free of NaN and +inf", "a NaN or +inf entry", "-inf gives weight 0"))
     dropout = check_probability("dropout", dropout)
     p = dropout if check_bool("training", training) else 0.0
@@ -111,3 +111,11 @@ def scored_attention(
     edge_bias = check_edge_bias(score, E, H, dtype=value.dtype, check_values=False)
     empty = value.new_empty(num_targets, H, 0), value.new_empty(S, H, 0)  # no query/key channels
     return _edge_attention(*empty, value, edge_index, edge_bias, 1.0, p, need_weights, "auto", loops)
+
+
+def _read_non_finite(score: Tensor, edge_index: Tensor, loops: int) -> Tensor:
+    """True if a score that is read is NaN or ``+inf`` (with ``loops``, the graph's own loops' are never read)."""
+    bad = (score.isnan() | score.isposinf()).any(1)  # (E + loops,)
+    if loops:
+        bad[: edge_index.size(1)] &= edge_index[0] != edge_index[1]  # own loops: left out, as PyG removes them
+    return bad.any()
