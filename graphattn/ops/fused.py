@@ -70,6 +70,14 @@ def _build(parallel: bool):
     jit = numba.njit(parallel=parallel, cache=True, fastmath={"reassoc", "contract"}, nogil=True)
     ahead = DISTANCE
 
+    @numba.njit(inline="always", fastmath={"reassoc", "contract"})
+    def add_source_terms(dk, dv, j, i, h, w, a, q, go):  # pragma: no cover (inlined into the kernels)
+        """dk_j += w q_i and dv_j += a grad_out_i for one edge and head (inlined: no call per edge)."""
+        for d in range(dk.shape[2]):
+            dk[j, h, d] += w * q[i, h, d]
+        for d in range(dv.shape[2]):
+            dv[j, h, d] += a * go[i, h, d]
+
     @jit
     def forward(crow, src, q, k, v, bias, has_bias, drop, has_drop, scale, out, alpha, block):  # pragma: no cover
         L, H, D = q.shape
@@ -172,10 +180,7 @@ def _build(parallel: bool):
                         if serial:  # one thread: dk_j and dv_j here, in the order of the per-source pass
                             if has_drop:
                                 a *= drop[e, h]
-                            for d in range(D):
-                                dk[j, h, d] += w * q[i, h, d]
-                            for d in range(Dv):
-                                dv[j, h, d] += a * go[i, h, d]
+                            add_source_terms(dk, dv, j, i, h, w, a, q, go)
                 for h in range(H):
                     for d in range(D):
                         dq[i, h, d] = acc[h, d] * scale
@@ -204,10 +209,7 @@ def _build(parallel: bool):
                         w, a = ds[e, h], alpha[e, h]
                         if has_drop:
                             a *= drop[e, h]
-                        for d in range(D):
-                            dk[j, h, d] += w * q[i, h, d]
-                        for d in range(Dv):
-                            dv[j, h, d] += a * go[i, h, d]
+                        add_source_terms(dk, dv, j, i, h, w, a, q, go)
                 for h in range(H):
                     for d in range(D):
                         dk[j, h, d] *= scale
