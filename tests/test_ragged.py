@@ -130,3 +130,12 @@ def test_second_derivatives_equal_attention_on_batch_sequences(pattern):
     want = penalty(ga.attention(q, k, v, edge_index)[0])
     for a, b in zip(got, want):
         assert_close(a, b)
+
+
+def test_an_empty_batch_still_backpropagates_zero_gradients():
+    """N = 0 nodes: the output (0, H, D) is connected to the inputs, so ``loss.backward()`` works (zeros)."""
+    q, k, v = (torch.zeros(0, 2, 3, requires_grad=True) for _ in range(3))
+    out, _ = ga.ops.batched_attention(q, k, v, ga.patterns.full(), batch=torch.zeros(0, dtype=torch.long))
+    assert out.shape == (0, 2, 3)
+    out.sum().backward()
+    assert all(t.grad is not None and t.grad.shape == (0, 2, 3) for t in (q, k, v))

@@ -278,8 +278,8 @@ def ragged_forward(
     """
     N, H, _ = query.shape
     counts = group_sizes(batch, N)  # (B,)
-    if N == 0:
-        return value.new_zeros(0, H, value.size(-1))
+    if N == 0:  # still connected to the inputs: an empty batch's loss backpropagates (zero gradients)
+        return value.new_zeros(0, H, value.size(-1)) + (query.sum() + key.sum() + value.sum()) * 0
     if p > 0.0 and seed is None:
         seed = int(torch.randint(0, 2**62, ()))
     source, back, buckets = bucket_layout(batch.long(), counts, H)
