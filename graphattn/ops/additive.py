@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphattn.ops.fused import _np, _scalar  # the kernels' argument conversions, shared
 from graphattn.validate import message
 
 __all__ = ["usable", "gatv2_score", "readable"]
@@ -154,14 +155,6 @@ def readable(x_src: Tensor, x_dst: Tensor, src: Tensor, dst: Tensor, att: Tensor
     if edge is not None:
         h = h + edge  # (E, H, C)
     return (F.leaky_relu(h, negative_slope) * att).sum(-1)  # (E, H, C) · (1, H, C) -> (E, H)
-
-
-def _np(t: Tensor):
-    return t.detach().contiguous().numpy()
-
-
-def _scalar(x: float, like: Tensor):
-    return like.new_tensor(x).numpy()[()]  # a NumPy scalar of like's dtype: the sums stay in that dtype
 
 
 def _checked(src: Tensor, dst: Tensor, S: int, L: int) -> None:
