@@ -14,8 +14,9 @@ freed buffers, as ``graphattn bench`` does).
 
 Contenders, each eager and under ``torch.compile`` (inductor; graphattn's
 TransformerConv and AttentionConv with ``fullgraph=True``, which they hold;
-the GAT layers without it: PyG's self-loop handling, in both, has
-data-dependent shapes; PyG's layers at their defaults):
+the GAT layers without it, as in the first runs: PyG's self-loop handling
+has data-dependent shapes (graphattn's GAT layers hold ``fullgraph=True`` since
+2026-12-02); PyG's layers at their defaults):
 
 - edge cases ``sparse`` (N = 10 000, 10 random in-edges) and ``denser``
   (N = 2 000, 200 random in-edges): ``ga.TransformerConv`` and PyG's
@@ -159,7 +160,8 @@ def _prepare(pair: str, name: str, make, x, edge_index) -> dict:
     runs = {}
     torch.manual_seed(1)
     model = TwoLayer(make)
-    fullgraph = name.startswith("ga.") and "GAT" not in name  # GAT's self-loop handling breaks graphs, PyG's too
+    # GAT layers without fullgraph, as in the runs before (PyG's self-loops break the graph; graphattn's hold it)
+    fullgraph = name.startswith("ga.") and "GAT" not in name
     for mode, target in (("eager", model), ("compiled", torch.compile(model, fullgraph=fullgraph))):
         c0 = time.process_time()
         _step(target, x, edge_index)  # warm-up; compiled: the compilation
