@@ -8,7 +8,8 @@ that renames it breaks one function whose docstring says what to look for. The v
 library                   checked on  private names used
 ========================  ==========  ===============================================================
 torch                     2.13        ``torch._softmax``, ``torch._softmax_backward_data``,
-                                      ``nn.Module._forward_hooks`` / ``_forward_pre_hooks``
+                                      ``nn.Module._forward_hooks`` / ``_forward_pre_hooks``,
+                                      ``torch._C._functorch.peek_interpreter_stack``
 torch_geometric           2.8         ``MessagePassing._explain``, the ``_*_forward_hooks`` dicts,
                                       ``MessagePassing._orig_propagate``
 transformers              5.24        ``transformers.utils.output_capturing._active_collector``,
@@ -29,6 +30,7 @@ __all__ = [
     "softmax_backward",
     "pyg_needs_propagate",
     "compiler_disable",
+    "functorch_active",
     "keep_pyg_explain_path",
     "hf_collected_outputs",
     "hf_attn_implementation",
@@ -110,6 +112,21 @@ def hf_attn_implementation(model) -> str | None:
     not (checked on transformers 5.24).
     """
     return model.config._attn_implementation
+
+
+def functorch_active() -> bool:
+    """Whether a ``torch.func`` transform (``grad``, ``vmap``, ``jacrev``, ``vjp``, ...) is running now.
+
+    Custom operators with ``register_autograd`` fail under these transforms (pytorch/pytorch#168393:
+    the generated ``autograd.Function`` has no ``setup_context``), so graphattn takes its plain-PyTorch
+    paths there. ``torch._C._functorch.peek_interpreter_stack``: torch has no public query (checked on
+    torch 2.13; on a torch without it, False). False while ``torch.compile`` traces: dynamo's own tracing
+    would read as a transform, and compiled models keep the operators.
+    """
+    if torch.compiler.is_compiling():
+        return False
+    peek = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", None)
+    return peek is not None and peek() is not None
 
 
 def compiler_disable(reason: str):

@@ -37,8 +37,11 @@ def needs_propagate(module) -> bool:
     ``module.explain = True`` and an edge mask that ``explain_message`` applies
     to every message; ``AttentionExplainer`` registers a message forward hook
     and reads ``alpha``.
+    Inside a ``torch.func`` transform (``grad``, ``vmap``, ``jacrev``) too: the fast operators'
+    registered autograd does not compose with them in torch 2.13 (pytorch/pytorch#168393), PyG's
+    per-edge path does.
     """
-    return _compat.pyg_needs_propagate(module)
+    return _compat.pyg_needs_propagate(module) or _compat.functorch_active()
 
 
 def use_propagate(module, edge_index, batch: Tensor | None) -> bool:

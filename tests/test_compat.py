@@ -101,3 +101,17 @@ def test_compiler_disable_carries_its_reason_to_the_graph_break():
     assert torch.equal(torch.compile(f)(torch.ones(2)), torch.full((2,), 4.0))  # a graph break, the same result
     with pytest.raises(Exception, match="pass the edges as a tensor"):
         torch.compile(g, fullgraph=True)(torch.ones(2))
+
+
+def test_functorch_active_only_inside_a_transform():
+    seen = []
+
+    def f(x):
+        seen.append(_compat.functorch_active())
+        return x.sin().sum()
+
+    assert not _compat.functorch_active()
+    torch.func.grad(f)(torch.randn(3))
+    torch.func.vmap(f)(torch.randn(2, 3))
+    f(torch.randn(3))
+    assert seen == [True, True, False]

@@ -14,8 +14,15 @@ import torch
 from torch import Tensor
 
 from graphattn import _compat
+from graphattn.graphs import check_edge_index
 from graphattn.ops.guard import causal_guards
-from graphattn.ops.operators import attention_op, check_bias_values, choose_impl, ragged_attention_op
+from graphattn.ops.operators import (
+    attention_op,
+    check_bias_values,
+    choose_impl,
+    ragged_attention_op,
+    reference_attention,
+)
 from graphattn.ops.ragged import (
     RAGGED_KINDS,
     fits_one_padded_call,
@@ -25,7 +32,7 @@ from graphattn.ops.ragged import (
     ragged_forward,
 )
 from graphattn.ops.sdpa import run_sdpa
-from graphattn.ops.shared import apply_keep, compute_dtype, resolve_scale
+from graphattn.ops.shared import apply_keep, compute_dtype, draw_keep, resolve_scale
 from graphattn.ops.structure import pattern_edges
 from graphattn.patterns import is_pattern
 from graphattn.validate import (
@@ -209,7 +216,10 @@ def attention(
     (0 * NaN), as with SDPA's additive float masks; to remove an edge, leave it
     out of ``edge_index``. Second derivatives are exact on every kernel
     (``create_graph=True`` makes the operator's backward differentiable:
-    :mod:`graphattn.ops.operators`).
+    :mod:`graphattn.ops.operators`). Inside a ``torch.func`` transform
+    (``grad``, ``vmap``, ``jacrev``, ``vjp``) the call runs the per-edge
+    formulation in plain PyTorch (O(E H D) memory), which composes with them;
+    the operators do not in torch 2.13 (pytorch/pytorch#168393).
 
     float16/bfloat16: scores, softmax and weighted sums accumulate in
     float32, as SDPA's own kernels do, so a scaled score above 65504 stays
@@ -251,7 +261,14 @@ def attention(
     S = key.size(0)
     scale = resolve_scale(scale, D)
     if not isinstance(edge_index, Tensor) and is_pattern(edge_index):
-        if edge_bias is None and impl in ("auto", "sdpa") and L > 0 and S > 0 and edge_index.kind in ("full", "causal"):
+        if (
+            edge_bias is None
+            and impl in ("auto", "sdpa")
+            and L > 0
+            and S > 0
+            and edge_index.kind in ("full", "causal")
+            and not _compat.functorch_active()
+        ):
             return _pattern_sdpa(query, key, value, edge_index.kind, scale, p, need_weights)  # no edge is built
         edge_index = pattern_edges(edge_index, L, S, device=query.device)  # (2, E)
     else:
@@ -276,6 +293,9 @@ def _edge_attention(
     acc = compute_dtype(dtype)
     if acc != dtype:  # half types: scores, softmax and sums in float32 (Notes); rounded once at the end
         query, key, value, edge_bias = (None if t is None else t.to(acc) for t in (query, key, value, edge_bias))
+    if _compat.functorch_active():  # torch.func: plain PyTorch (the operators' autograd does not compose)
+        out, alpha = _transformed_attention(query, key, value, edge_index, edge_bias, scale, p, loops)
+        return out.to(dtype), None if not need_weights else alpha.to(dtype)
     tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (query, key, value, edge_bias))
     out, alpha, keep = attention_op(
         query, key, value, edge_index, edge_bias, scale, p, need_weights or tracked, impl, not need_weights, loops
@@ -284,6 +304,29 @@ def _edge_attention(
     if not need_weights:
         return out, None
     return out, apply_keep(alpha, keep if p > 0.0 else None, p).to(dtype)  # (E, H) after dropout, caller's order
+
+
+def _transformed_attention(query, key, value, edge_index, edge_bias, scale: float, p: float, loops: int):
+    """:func:`reference_attention` for a ``torch.func`` transform: ``out (L, H, D_v)``, ``alpha (E, H)`` after dropout.
+
+    The indices are checked as the operator checks them; with ``loops``
+    the own loops of ``edge_index`` are left out (weight 0) and ``(i, i)``, ``i < loops``, appended.
+    """
+    L, H = query.shape[:2]
+    check_edge_index(edge_index, key.size(0), L)  # as the operator checks them
+    E = edge_index.size(1)
+    kept = None
+    if loops:
+        loop = torch.arange(loops, device=edge_index.device, dtype=edge_index.dtype)  # (N,)
+        kept = torch.cat([edge_index[0] != edge_index[1], loop >= 0]).nonzero().squeeze(1)  # (E' + N,)
+        edge_index = torch.cat([edge_index, loop.expand(2, -1)], dim=1)[:, kept]  # (2, E' + N)
+        edge_bias = None if edge_bias is None else edge_bias.index_select(0, kept)
+    keep = draw_keep(query.new_empty(edge_index.size(1), H), p) if p > 0.0 else None  # (E', H)
+    out, alpha = reference_attention(query, key, value, edge_index, edge_bias, keep, scale, p)
+    alpha = apply_keep(alpha, keep, p)  # (E' + N, H)
+    if kept is not None:
+        alpha = alpha.new_zeros(E + loops, H).index_copy(0, kept, alpha)  # the own loops: weight 0
+    return out, alpha
 
 
 def _pattern_sdpa(query, key, value, kind: str, scale: float, p: float, need_weights: bool):
@@ -374,7 +417,7 @@ def batched_attention(
     p = dropout if check_bool("training", training) else 0.0
     scale = 1.0 / math.sqrt(D) if scale is None else float(check_float("scale", scale))
     kind = getattr(pattern, "kind", None)
-    if kind not in RAGGED_KINDS or check_bool("need_weights", need_weights):
+    if kind not in RAGGED_KINDS or check_bool("need_weights", need_weights) or _compat.functorch_active():
         return _batched_on_edges(query, key, value, pattern, batch, scale, p, need_weights)
     causal = kind == "causal"
     if torch.compiler.is_compiling():  # one opaque operator; batch is validated inside, where it is read
@@ -390,7 +433,8 @@ def batched_attention(
 def _batched_on_edges(query, key, value, pattern, batch, scale: float, p: float, need_weights: bool):
     """Patterns other than full/causal (their per-graph edges), or the weights: the sizes are read on the host."""
     counts = group_sizes(batch, query.size(0))  # (B,)
-    if getattr(pattern, "kind", None) in RAGGED_KINDS and query.size(0) and fits_one_padded_call(counts):
+    padded = getattr(pattern, "kind", None) in RAGGED_KINDS and not _compat.functorch_active()  # torch.func: edges
+    if padded and query.size(0) and fits_one_padded_call(counts):
         return padded_attention(query, key, value, batch.long(), counts, pattern.kind == "causal", scale, p)
     if query.size(0) == 0:
         return value.new_zeros(0, query.size(1), value.size(-1)), value.new_zeros(0, query.size(1))
