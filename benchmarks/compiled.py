@@ -28,6 +28,12 @@ has data-dependent shapes (graphattn's GAT layers hold ``fullgraph=True`` since
   timing: ``ga.AttentionConv`` (MHA semantics) and PyG's ``TransformerConv``
   with ``root_weight=False`` (the same attention, PyG's per-edge path).
 
+Allocator: every step is timed in one glibc state, set before the first
+(``--malloc steady``, the default: large buffers stay on the heap, as after
+a memory probe; ``--malloc glibc``: glibc's defaults, under which a lean
+model pays page faults on every step; memory is then not probed:
+:func:`graphattn.bench.worker.malloc_for_timing`).
+
 Ratios are printed side by side: compiled over eager graphattn (<= 1 is the
 target), and PyG over graphattn in the same mode (> 1 means graphattn is
 faster or smaller). Results go to ``benchmarks/results/compiled-<stamp>.{json,md}``
@@ -46,7 +52,12 @@ import torch
 from torch import nn
 
 import graphattn as ga
-from graphattn.bench.worker import _malloc_for_memory_run, _memory_probe  # the probes `graphattn bench` uses
+from graphattn.bench.worker import (  # the probes `graphattn bench` uses
+    MALLOC_STATES,
+    _malloc_for_memory_run,
+    _memory_probe,
+    malloc_for_timing,
+)
 
 HEADS = 8
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -120,7 +131,7 @@ def _peak(model, x, edge_index) -> int:
     return peak
 
 
-def run_case(case: str, D: int, repeats: int, pairs: list[str]) -> list[dict]:
+def run_case(case: str, D: int, repeats: int, pairs: list[str], probe: bool = True) -> list[dict]:
     N, edge_index = graph(case)
     torch.manual_seed(0)
     x = torch.randn(N, HEADS * D)
@@ -149,7 +160,7 @@ def run_case(case: str, D: int, repeats: int, pairs: list[str]) -> list[dict]:
                 mode=mode,
                 cpu_s=cpu[len(cpu) // 2],
                 first_s=run["first_s"],
-                peak_bytes=_peak(run["target"], x, edge_index),
+                peak_bytes=_peak(run["target"], x, edge_index) if probe else None,
             )
         )
     return rows
@@ -170,6 +181,12 @@ def _prepare(pair: str, name: str, make, x, edge_index) -> dict:
 
 
 def ratios(rows: list[dict]) -> list[str]:
+    def mib(r):
+        return "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f}"
+
+    def memory(a, b):
+        return "-" if a["peak_bytes"] is None else f"{a['peak_bytes'] / max(b['peak_bytes'], 1):.2f}x"
+
     lines = []
     for case, D, pair in dict.fromkeys((r["case"], r["D"], r["pair"]) for r in rows):
         group = {(r["layer"], r["mode"]): r for r in rows if (r["case"], r["D"], r["pair"]) == (case, D, pair)}
@@ -178,12 +195,12 @@ def ratios(rows: list[dict]) -> list[str]:
         ge, gc = group[(ours, "eager")], group[(ours, "compiled")]
         pe, pc = group[(theirs, "eager")], group[(theirs, "compiled")]
         lines.append(
-            f"| {case} | {pair} | {D} | {ge['E']} | {ge['cpu_s'] * 1e3:.1f} / {ge['peak_bytes'] / 2**20:.0f} "
-            f"| {gc['cpu_s'] * 1e3:.1f} / {gc['peak_bytes'] / 2**20:.0f} "
-            f"| {pe['cpu_s'] * 1e3:.1f} / {pe['peak_bytes'] / 2**20:.0f} "
-            f"| {pc['cpu_s'] * 1e3:.1f} / {pc['peak_bytes'] / 2**20:.0f} "
-            f"| {gc['cpu_s'] / ge['cpu_s']:.2f}x / {gc['peak_bytes'] / max(ge['peak_bytes'], 1):.2f}x "
-            f"| {pc['cpu_s'] / gc['cpu_s']:.2f}x / {pc['peak_bytes'] / max(gc['peak_bytes'], 1):.2f}x "
+            f"| {case} | {pair} | {D} | {ge['E']} | {ge['cpu_s'] * 1e3:.1f} / {mib(ge)} "
+            f"| {gc['cpu_s'] * 1e3:.1f} / {mib(gc)} "
+            f"| {pe['cpu_s'] * 1e3:.1f} / {mib(pe)} "
+            f"| {pc['cpu_s'] * 1e3:.1f} / {mib(pc)} "
+            f"| {gc['cpu_s'] / ge['cpu_s']:.2f}x / {memory(gc, ge)} "
+            f"| {pc['cpu_s'] / gc['cpu_s']:.2f}x / {memory(pc, gc)} "
             f"| {pe['cpu_s'] / ge['cpu_s']:.2f}x |"
         )
     return lines
@@ -203,9 +220,11 @@ def main(argv=None) -> int:
     parser.add_argument("--pattern-dims", default="8", help="D for the window and random cases")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--pairs", default="", help="only these pairs, e.g. TransformerConv,GATConv")
+    parser.add_argument("--malloc", choices=MALLOC_STATES, default="steady", help="glibc's state while timing")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    malloc_for_timing(args.malloc)
     torch._dynamo.config.recompile_limit = 64  # each model instance is a new compilation of TwoLayer.forward
     load_before = os.getloadavg()
     rows = []
@@ -214,11 +233,12 @@ def main(argv=None) -> int:
         for D in (int(d) for d in dims.split(",")):
             print(f"{case} D={D} ...", flush=True)
             torch._dynamo.reset()
-            for r in run_case(case, D, args.repeats, [p for p in args.pairs.split(",") if p]):
+            pairs = [p for p in args.pairs.split(",") if p]
+            for r in run_case(case, D, args.repeats, pairs, probe=args.malloc == "steady"):
                 rows.append(r)
                 print(
                     f"  {r['layer']:36s} {r['mode']:8s} {r['cpu_s'] * 1e3:9.1f} ms cpu  "
-                    f"{r['peak_bytes'] / 2**20:7.1f} MiB  (first call {r['first_s']:.1f} s)",
+                    f"{(r['peak_bytes'] or 0) / 2**20:7.1f} MiB  (first call {r['first_s']:.1f} s)",
                     flush=True,
                 )
     table = "\n".join([HEADER, *ratios(rows)])
@@ -230,6 +250,7 @@ def main(argv=None) -> int:
         torch=torch.__version__,
         threads=1,
         repeats=args.repeats,
+        malloc=args.malloc,
     )
     print(f"\n{table}\n\n{meta}")
     args.out.mkdir(parents=True, exist_ok=True)

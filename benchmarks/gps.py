@@ -17,7 +17,9 @@ in-edges per node inside its graph. Variants, all with the same weights:
 
 Timing: one thread, one warm-up call each, then ``--rounds`` rounds in which
 each variant runs once, interleaved (so a load change hits all alike); the
-median CPU time (``time.process_time``) and wall time per variant. Peak memory:
+median CPU time (``time.process_time``) and wall time per variant, all in one
+glibc allocator state set before the first call (large buffers kept on the heap:
+:func:`graphattn.bench.worker.malloc_for_timing`). Peak memory:
 the peak resident set size above the resident size before one more call
 (glibc asked to return freed buffers, as ``graphattn bench`` does). Ratios are
 stock over each variant (> 1: faster / smaller than stock). Prints the date
@@ -34,7 +36,7 @@ import time
 import torch
 from torch import nn
 
-from graphattn.bench.worker import _malloc_for_memory_run, _memory_probe  # the probes `graphattn bench` uses
+from graphattn.bench.worker import _malloc_for_memory_run, _memory_probe, malloc_for_timing  # as `graphattn bench`
 
 
 class GPS(nn.Module):
@@ -101,6 +103,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.graphs, args.rounds = 200, 3
     torch.set_num_threads(1)
+    malloc_for_timing("steady")  # every variant timed in one allocator state (benchmarks/compiled.py, --malloc)
     load = os.getloadavg()
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}, torch {torch.__version__}, 1 thread, load average {load}")
     x, edge_index, batch = make_batch(args.graphs, args.channels)

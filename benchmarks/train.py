@@ -29,7 +29,10 @@ size above the resident size before one more step (CPU; glibc asked to return fr
 ``graphattn bench`` does), ``max_memory_allocated`` on CUDA. Ratios are PyG over graphattn: > 1 means
 graphattn is faster or smaller; < 1 that it is slower. ``ceiling``: PyG's CPU time over that of the
 layer's dense projections alone (its ``nn.Linear`` maps of the node features, forward and backward,
-timed in the same rounds): the largest ratio any drop-in could reach if its attention were free. One thread unless ``--threads``. Prints the
+timed in the same rounds): the largest ratio any drop-in could reach if its attention were free.
+Allocator: every row is timed in one glibc state, set before the first step (``--malloc steady``, the
+default; ``--malloc glibc`` leaves glibc's defaults, under which a lean model pays page faults on every
+step, and skips the memory probes: :func:`graphattn.bench.worker.malloc_for_timing`). One thread unless ``--threads``. Prints the
 date and the load average at start and end; writes ``benchmarks/results/train-<stamp>.{json,md}``.
 """
 
@@ -45,7 +48,12 @@ from pathlib import Path
 import torch
 
 import graphattn as ga
-from graphattn.bench.worker import _malloc_for_memory_run, _memory_probe  # the probes `graphattn bench` uses
+from graphattn.bench.worker import (  # the probes `graphattn bench` uses
+    MALLOC_STATES,
+    _malloc_for_memory_run,
+    _memory_probe,
+    malloc_for_timing,
+)
 
 HEADS = 8
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -143,7 +151,7 @@ def make_step(module, device):
     return step
 
 
-def measure_pair(steps, inputs, repeats: int, device) -> dict:
+def measure_pair(steps, inputs, repeats: int, device, probe: bool = True) -> dict:
     """Both layers' steps alternating on the same inputs: medians of CPU and wall time, then peak memory."""
     cpu, wall = {k: [] for k in steps}, {k: [] for k in steps}
     for i in range(2):  # warm-up (compilation: a second shape for sampled batches)
@@ -158,11 +166,13 @@ def measure_pair(steps, inputs, repeats: int, device) -> dict:
     row = {}
     reset, read = _memory_probe(device)
     for k, step in steps.items():
-        _malloc_for_memory_run(True)
-        base = reset()
-        step(*inputs[2 + repeats])
-        row[f"{k}_peak_bytes"] = read(base)
-        _malloc_for_memory_run(False)
+        row[f"{k}_peak_bytes"] = float("nan")
+        if probe:
+            _malloc_for_memory_run(True)
+            base = reset()
+            step(*inputs[2 + repeats])
+            row[f"{k}_peak_bytes"] = read(base)
+            _malloc_for_memory_run(False)
         row[f"{k}_cpu_s"] = sorted(cpu[k])[len(cpu[k]) // 2]
         row[f"{k}_time_s"] = sorted(wall[k])[len(wall[k]) // 2]
     for what in ("cpu_s", "time_s", "peak_bytes"):
@@ -191,7 +201,13 @@ def run(case: str, D: int, name: str, mode: str, args, device) -> dict:
         return dict(
             row,
             status="ok",
-            **measure_pair({k: make_step(m, device) for k, m in modules.items()}, inputs, args.repeats, device),
+            **measure_pair(
+                {k: make_step(m, device) for k, m in modules.items()},
+                inputs,
+                args.repeats,
+                device,
+                probe=args.malloc == "steady",
+            ),
         )
     except (RuntimeError, NotImplementedError) as error:  # e.g. out of memory: report it, go on
         return dict(row, status=f"failed: {str(error).splitlines()[0][:80]}")
@@ -222,6 +238,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--memory-budget", type=float, default=6.0, metavar="GIB")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--malloc", choices=MALLOC_STATES, default="steady", help="glibc's state while timing")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     for key, full, quick in (("dims", "8,64", "8"), ("modes", "eager,compiled", "eager"), ("repeats", 5, 2)):
@@ -236,6 +253,8 @@ def main(argv=None) -> int:
         )
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if device.type == "cpu":
+        malloc_for_timing(args.malloc)
     load = os.getloadavg()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     print(
@@ -260,6 +279,7 @@ def main(argv=None) -> int:
         load_average=load,
         load_average_end=end,
         quick=args.quick,
+        malloc=args.malloc,
     )
     (args.out / f"train-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     (args.out / f"train-{stamp}.md").write_text(

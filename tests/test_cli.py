@@ -145,3 +145,10 @@ def test_prune_json_must_be_a_writable_file_path(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     assert cli.main(["prune", "--json", str(tmp_path / "file" / "x.json")]) == 2
     assert "Expected '--json' to be a file that can be created and written" in capsys.readouterr().err
+
+
+def test_malloc_for_timing_names_the_argument():
+    from graphattn.bench.worker import malloc_for_timing
+
+    with pytest.raises(ValueError, match="'malloc'"):
+        malloc_for_timing("tcmalloc")
