@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from graphattn import distributed, ops
+from graphattn import _compat, distributed, ops
 from graphattn.dense import reset_like_mha
-from graphattn.routing import attend, project, resolve, use_propagate
+from graphattn.routing import attend, project, propagate_index, resolve, use_propagate
 from graphattn.validate import (
     as_int,
     check_bool,
@@ -360,7 +360,11 @@ class AttentionConv(MessagePassing):
         if not torch.compiler.is_compiling():  # reads indices on the host: a graph break
             check_edge_index(edge_index, key.size(0), query.size(0))
         size = (key.size(0), query.size(0))  # (S, L), PyG order
-        edge_bias = ops.check_edge_bias(edge_bias, edge_index.size(1), self.heads, dtype=query.dtype)
+        edge_index = propagate_index(edge_index)  # int32 as int64 (routing.propagate_index)
+        check_values = not _compat.functorch_active()  # under vmap a value cannot be read
+        edge_bias = ops.check_edge_bias(
+            edge_bias, edge_index.size(1), self.heads, dtype=query.dtype, check_values=check_values
+        )
         alpha = self.edge_updater(edge_index, query=query, key=key, edge_bias=edge_bias, size=size)  # (E, H)
         out = self.propagate(edge_index, value=value, alpha=alpha, size=size)  # (L, H, D)
         return out, alpha

@@ -36,7 +36,7 @@ from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
 from graphattn import _compat, graphs, ops
-from graphattn.routing import copy_weights, needs_propagate
+from graphattn.routing import copy_weights, needs_propagate, propagate_index
 from graphattn.validate import check_choice, check_edge_list, message
 
 __all__ = ["GATConv", "GATv2Conv"]
@@ -283,7 +283,7 @@ class GATConv(PyGGATConv):
         # edge_updater_type: (alpha: OptPairTensor, edge_attr: OptTensor)
         # propagate_type: (x: OptPairTensor, alpha: Tensor)
         if not _fast(self, edge_index):
-            return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
+            return super().forward(x, propagate_index(edge_index), edge_attr, size, return_attention_weights)
         H, C = self.heads, self.out_channels
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         _check_size(size, x_src, x_dst)
@@ -394,7 +394,7 @@ class GATv2Conv(PyGGATv2Conv):
         # edge_updater_type: (x: PairTensor, edge_attr: OptTensor)
         # propagate_type: (x: PairTensor, alpha: Tensor)
         if not _fast(self, edge_index):
-            return super().forward(x, edge_index, edge_attr, return_attention_weights)
+            return super().forward(x, propagate_index(edge_index), edge_attr, return_attention_weights)
         H, C = self.heads, self.out_channels
         x_l, x_r = (x, x) if isinstance(x, Tensor) else x
         res = None if self.res is None or x_r is None else self.res(x_r)

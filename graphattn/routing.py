@@ -27,7 +27,7 @@ from graphattn.ops.ragged import group_sizes, per_graph_edges
 from graphattn.patterns import is_pattern
 from graphattn.validate import message
 
-__all__ = ["needs_propagate", "use_propagate", "resolve", "attend", "project", "copy_weights"]
+__all__ = ["needs_propagate", "use_propagate", "propagate_index", "resolve", "attend", "project", "copy_weights"]
 
 
 def needs_propagate(module) -> bool:
@@ -49,6 +49,18 @@ def use_propagate(module, edge_index, batch: Tensor | None) -> bool:
     the fast operators otherwise, compiled or not (compiling no longer implies ``propagate``).
     """
     return module.impl == "message_passing" or needs_propagate(module)
+
+
+def propagate_index(edge_index):
+    """``edge_index`` for PyG's ``propagate``: an int32 edge list as int64, anything else as it is.
+
+    PyG's sum aggregation scatters through an expanded (stride-0) index; with an int32 index torch 2.13's
+    CPU ``gather`` (the scatter's backward) reads wrong rows, so the gradients were silently wrong
+    (PyG's own layers too). The fast kernels take int32 as it is.
+    """
+    if isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and edge_index.dtype == torch.int32:
+        return edge_index.long()
+    return edge_index
 
 
 def resolve(edge_index, size, batch: Tensor | None, S: int, L: int, need_edges: bool, device):

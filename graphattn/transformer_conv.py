@@ -13,7 +13,7 @@ from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops
 from graphattn.graphs import check_edge_index
-from graphattn.routing import attend, copy_weights, project, resolve, use_propagate
+from graphattn.routing import attend, copy_weights, project, propagate_index, resolve, use_propagate
 from graphattn.validate import (
     check_bool,
     check_choice,
@@ -405,6 +405,7 @@ class TransformerConv(MessagePassing):
         """
         if not torch.compiler.is_compiling():
             check_edge_index(edge_index, size[0], size[1])
+        edge_index = propagate_index(edge_index)  # int32 as int64 (routing.propagate_index)
         H, C = self.heads, self.out_channels
         edge_emb = None if edge_attr is None else self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, D)
         alpha = self.edge_updater(edge_index, query=query, key=key, edge_emb=edge_emb, size=size)  # (E, H)

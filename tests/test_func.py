@@ -185,3 +185,52 @@ def test_func_grad_of_gps_conv_equals_pygs():
     assert set(got) == set(want)
     for k in got:
         assert_close(got[k], want[k], **TOL, msg=k)
+
+
+@pytest.mark.parametrize("impl", ["auto", "message_passing"])
+@pytest.mark.parametrize("layer", ["TransformerConv", "AttentionConv", "GATConv", "GATv2Conv"])
+def test_int32_edge_index_gives_the_int64_gradients(layer, impl):
+    """PyG's propagate with an int32 index hit torch's CPU gather bug (wrong rows in the scatter's backward):
+    now cast to int64 before propagate, inside a transform and with impl="message_passing" alike."""
+    torch.manual_seed(12)
+    kwargs = {} if layer.startswith("GAT") else dict(impl=impl)
+    conv = getattr(ga, layer)(8, 8 if layer == "AttentionConv" else 4, heads=2, **kwargs).double()
+    x, edge_index = torch.randn(17, 8, dtype=torch.float64), _graph()
+    leaf = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(conv(leaf, edge_index).square().sum(), leaf)  # int64, fast path or propagate
+    got = grad(lambda a: conv(a, edge_index.int()).square().sum())(x)
+    assert_close(got, want, **TOL)
+    leaf = x.clone().requires_grad_()
+    (eager,) = torch.autograd.grad(conv(leaf, edge_index.int()).square().sum(), leaf)
+    assert_close(eager, want, **TOL)
+
+
+def test_vmap_over_scores_and_edge_bias_equals_a_loop():
+    """Values cannot be read under vmap: the NaN checks on scores and edge_bias stand aside there."""
+    g = torch.Generator().manual_seed(13)
+    edge_index = _graph(9, 2, seed=14)
+    E = edge_index.size(1)
+    score = torch.randn(3, E, 2, generator=g, dtype=torch.float64)
+    value = torch.randn(9, 2, 3, generator=g, dtype=torch.float64)
+    got = vmap(lambda s: ga.ops.scored_attention(s, value, edge_index, 9)[0])(score)
+    assert_close(got, torch.stack([ga.ops.scored_attention(s, value, edge_index, 9)[0] for s in score]), **TOL)
+    conv = ga.AttentionConv(8, 8, heads=2).double()
+    x = torch.randn(9, 8, generator=g, dtype=torch.float64)
+    got = vmap(lambda b: conv(x, edge_index, edge_bias=b))(score)
+    assert_close(got, torch.stack([conv(x, edge_index, edge_bias=b) for b in score]), **TOL)
+
+
+@pytest.mark.parametrize("where", ["outside", "inside"])
+def test_sparse_adjacency_under_grad_equals_the_edge_list(where):
+    torch.manual_seed(15)
+    conv = ga.TransformerConv(8, 4, heads=2).double()
+    x, edge_index = torch.randn(17, 8, dtype=torch.float64), _graph()
+    adj = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(edge_index.size(1)), (17, 17)).coalesce()
+
+    def loss(a):
+        built = adj if where == "outside" else torch.sparse_coo_tensor(adj.indices(), adj.values(), (17, 17))
+        return conv(a, built).square().sum()
+
+    leaf = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(conv(leaf, adj).square().sum(), leaf)
+    assert_close(grad(loss)(x), want, **TOL)

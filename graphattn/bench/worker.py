@@ -85,7 +85,9 @@ def malloc_for_timing(state: str) -> None:
     Memory probes change the state, so with ``"glibc"`` the benchmarks skip them.
     """
     if state not in MALLOC_STATES:
-        raise ValueError(f"Expected 'malloc' to be one of {MALLOC_STATES} (got {state!r})")
+        from graphattn.validate import message
+
+        raise ValueError(message("malloc", f"one of {MALLOC_STATES}", repr(state)))
     if state == "steady":
         _malloc_for_memory_run(False)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from graphattn import _compat
 from graphattn.cache import ContentCache
 from graphattn.graphs.edges import _size_pair
 from graphattn.validate import check_int, message
@@ -40,7 +41,10 @@ def _sparse_to_edge_index(adj) -> tuple[Tensor, Tensor | None]:
             # stored twice as two edges and leaves the caller's tensor lying about itself (a later
             # .coalesce() keeps the duplicate). A coalesced copy sums duplicates, as torch.sparse defines.
             adj = adj.coalesce()  # a new tensor; the caller's is left as it was
-        indices, values = pyg_to_edge_index(adj)  # (2, E) rows = targets, (E, ...) values
+        if adj.layout == torch.sparse_coo:  # PyG's own steps without its in-place mark (refused under torch.func)
+            indices, values = adj.indices().detach().long(), adj.values()  # (2, E) rows = targets, (E, ...)
+        else:
+            indices, values = pyg_to_edge_index(adj)  # (2, E) rows = targets, (E, ...) values
     else:  # torch_sparse.SparseTensor
         row, col, values = adj.coo()
         indices = torch.stack([row, col])  # (2, E)
@@ -60,7 +64,12 @@ def _components(adj) -> tuple[Tensor, ...]:
 
 
 def _cached_conversion(adj) -> tuple[Tensor, Tensor | None]:
-    """:func:`_sparse_to_edge_index`, once per adjacency content (so the kernels' structure cache hits too)."""
+    """:func:`_sparse_to_edge_index`, once per adjacency content (so the kernels' structure cache hits too).
+
+    Inside a ``torch.func`` transform an adjacency built there has no storage to key on: converted, not cached.
+    """
+    if _compat.functorch_active():
+        return _sparse_to_edge_index(adj)
     return _ADJ_CACHE.get(
         ("adjacency", adj.layout if isinstance(adj, Tensor) else "SparseTensor", tuple(adj.size())),
         _components(adj),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from graphattn import _compat
 from graphattn.ops.dispatch import _check_edge_list, _edge_attention, check_edge_bias
 from graphattn.validate import check_bool, check_int, check_probability, check_tensor, message
 
@@ -103,7 +104,8 @@ def scored_attention(
     check_tensor("score", score, floating=True)
     if score.dtype != value.dtype:
         raise TypeError(message("score", f"of the dtype of 'value' ({value.dtype})", score.dtype))
-    if not torch.compiler.is_compiling() and score.numel() and bool(_read_non_finite(score, edge_index, loops)):
+    readable = not torch.compiler.is_compiling() and not _compat.functorch_active()  # (vmap: values unreadable)
+    if readable and score.numel() and bool(_read_non_finite(score, edge_index, loops)):
         raise ValueError(message("score", "free of NaN and +inf", "a NaN or +inf entry", "-inf gives weight 0"))
     dropout = check_probability("dropout", dropout)
     p = dropout if check_bool("training", training) else 0.0
