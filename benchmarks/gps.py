@@ -18,7 +18,8 @@ in-edges per node inside its graph. Variants, all with the same weights:
 Timing: one thread, one warm-up call each, then ``--rounds`` rounds in which
 each variant runs once, interleaved (so a load change hits all alike); the
 median CPU time (``time.process_time``) and wall time per variant, all in one
-glibc allocator state set before the first call (large buffers kept on the heap:
+glibc allocator state set before the first call (``--malloc steady``, the default: large
+buffers kept on the heap; ``--malloc glibc``: glibc's defaults, memory not probed:
 :func:`graphattn.bench.worker.malloc_for_timing`). Peak memory:
 the peak resident set size above the resident size before one more call
 (glibc asked to return freed buffers, as ``graphattn bench`` does). Ratios are
@@ -36,7 +37,12 @@ import time
 import torch
 from torch import nn
 
-from graphattn.bench.worker import _malloc_for_memory_run, _memory_probe, malloc_for_timing  # as `graphattn bench`
+from graphattn.bench.worker import (  # the probes `graphattn bench` uses
+    MALLOC_STATES,
+    _malloc_for_memory_run,
+    _memory_probe,
+    malloc_for_timing,
+)
 
 
 class GPS(nn.Module):
@@ -99,11 +105,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--compile", action="store_true", help="torch.compile every variant")
     parser.add_argument("--quick", action="store_true", help="200 graphs, 3 rounds")
+    parser.add_argument("--malloc", choices=MALLOC_STATES, default="steady", help="glibc's state while timing")
     args = parser.parse_args(argv)
     if args.quick:
         args.graphs, args.rounds = 200, 3
     torch.set_num_threads(1)
-    malloc_for_timing("steady")  # every variant timed in one allocator state (benchmarks/compiled.py, --malloc)
+    malloc_for_timing(args.malloc)  # every variant timed in one allocator state
     load = os.getloadavg()
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}, torch {torch.__version__}, 1 thread, load average {load}")
     x, edge_index, batch = make_batch(args.graphs, args.channels)
@@ -121,9 +128,11 @@ def main(argv=None) -> int:
             step(model, x, edge_index, batch)
             cpu[name].append(time.process_time() - c0)
             wall[name].append(time.perf_counter() - t0)
-    peak = {}
+    peak = dict.fromkeys(models, float("nan"))  # --malloc glibc: not probed (a probe changes the state)
     reset, read = _memory_probe(torch.device("cpu"))
     for name, model in models.items():
+        if args.malloc != "steady":
+            break
         _malloc_for_memory_run(True)
         base = reset()
         step(model, x, edge_index, batch)
