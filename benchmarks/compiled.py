@@ -56,6 +56,7 @@ from graphattn.bench.worker import (  # the probes `graphattn bench` uses
     MALLOC_STATES,
     _malloc_for_memory_run,
     _memory_probe,
+    cpu_summary,
     malloc_for_timing,
 )
 
@@ -251,6 +252,7 @@ def main(argv=None) -> int:
         threads=1,
         repeats=args.repeats,
         malloc=args.malloc,
+        cpu=cpu_summary(),
     )
     print(f"\n{table}\n\n{meta}")
     args.out.mkdir(parents=True, exist_ok=True)

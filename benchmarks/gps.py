@@ -41,6 +41,7 @@ from graphattn.bench.worker import (  # the probes `graphattn bench` uses
     MALLOC_STATES,
     _malloc_for_memory_run,
     _memory_probe,
+    cpu_summary,
     malloc_for_timing,
 )
 
@@ -113,6 +114,7 @@ def main(argv=None) -> int:
     malloc_for_timing(args.malloc)  # every variant timed in one allocator state
     load = os.getloadavg()
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}, torch {torch.__version__}, 1 thread, load average {load}")
+    print(cpu_summary())
     x, edge_index, batch = make_batch(args.graphs, args.channels)
     print(
         f"{args.graphs} graphs, N = {x.size(0)} nodes, E = {edge_index.size(1)}, channels {args.channels}, "

@@ -52,6 +52,7 @@ from graphattn.bench.worker import (  # the probes `graphattn bench` uses
     MALLOC_STATES,
     _malloc_for_memory_run,
     _memory_probe,
+    cpu_summary,
     malloc_for_timing,
 )
 
@@ -280,6 +281,7 @@ def main(argv=None) -> int:
         load_average_end=end,
         quick=args.quick,
         malloc=args.malloc,
+        cpu=cpu_summary(),
     )
     (args.out / f"train-{stamp}.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
     (args.out / f"train-{stamp}.md").write_text(

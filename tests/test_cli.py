@@ -1,5 +1,7 @@
 """The command line (the README's promises about it are checked in tests/test_repository.py)."""
 
+import os
+import shutil
 import subprocess
 import sys
 
@@ -152,3 +154,17 @@ def test_malloc_for_timing_names_the_argument():
 
     with pytest.raises(ValueError, match="'malloc'"):
         malloc_for_timing("tcmalloc")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo") or shutil.which("lscpu") is None, reason="Linux with lscpu")
+def test_cpu_summary_names_the_cpu_lscpu_names():
+    from graphattn.bench.worker import cpu_summary
+
+    out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), None)
+    if model is None:
+        pytest.skip("lscpu names no model")
+    summary = cpu_summary()
+    assert summary.startswith(model)
+    flags = open("/proc/cpuinfo").read()
+    assert ("avx512f" in summary) == (" avx512f" in flags)

@@ -92,6 +92,37 @@ def malloc_for_timing(state: str) -> None:
         _malloc_for_memory_run(False)
 
 
+def cpu_summary() -> str:
+    """One line naming the CPU the benchmarks run on: model, family/model numbers, vector width, L3.
+
+    Results from two machines of one kind can differ by 2x (2026-12-03: the fused kernel at D = 8 on an
+    AVX2-only AMD EPYC against the AVX-512 one of the day before), so every results file records it.
+    """
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return platform.processor() or platform.machine()
+    first = info.split("\n\n", 1)[0]
+    field = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
+    field = {k.strip(): v.strip() for k, v in field.items()}
+    flags = set(field.get("flags", "").split())
+    vector = "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else "no avx2"
+    cpus = info.count("processor\t:")
+    l3 = ""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            l3 = f", L3 {f.read().strip()}"
+    except OSError:
+        pass
+    return (
+        f"{field.get('model name', platform.processor())}, family {field.get('cpu family', '?')} "
+        f"model {field.get('model', '?')}, {cpus} CPUs, {vector}{l3}"
+    )
+
+
 def _topk_table(q, k, keys):
     """Top-``keys`` keys per query of the head-averaged scores, as a bool table (L, S); 1024 rows at a time."""
     import torch
