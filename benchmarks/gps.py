@@ -132,9 +132,8 @@ def main(argv=None) -> int:
             wall[name].append(time.perf_counter() - t0)
     peak = dict.fromkeys(models, float("nan"))  # --malloc glibc: not probed (a probe changes the state)
     reset, read = _memory_probe(torch.device("cpu"))
-    for name, model in models.items():
-        if args.malloc != "steady":
-            break
+    probed = models if args.malloc == "steady" else {}
+    for name, model in probed.items():
         _malloc_for_memory_run(True)
         base = reset()
         step(model, x, edge_index, batch)
