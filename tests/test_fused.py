@@ -214,3 +214,36 @@ def test_a_row_whose_softmax_sum_is_nan_is_nan_on_both_paths():
             fused.ENABLED = True
     assert torch.equal(got[0].isnan(), got[1].isnan()) and got[0][:2].isnan().all()
     assert torch.equal(got[0][2:], got[1][2:])
+
+
+def _applied(fn, a):
+    a = a.copy()
+    fn(a)
+    return a
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_kernel_exp_within_one_ulp_of_float64_and_exact_at_the_ends(dtype):
+    """graphattn.ops.vexp.exp in a numba loop against float64 exp: 1 ulp on [-87.3, 0]; -inf -> 0, NaN -> NaN."""
+    import numba
+    import numpy as np
+
+    from graphattn.ops.vexp import exp
+
+    @numba.njit(fastmath={"reassoc", "contract"})
+    def apply(a):  # the fused forward's loop shape: rows of heads
+        for e in range(a.shape[0]):
+            for h in range(a.shape[1]):
+                a[e, h] = exp(a[e, h])
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([-87.3 * torch.rand(4096, generator=g, dtype=torch.float64), torch.tensor([0.0, -1e-30, -87.3])])
+    got = torch.from_numpy(_applied(apply, x.to(dtype).reshape(-1, 1).numpy()).reshape(-1))
+    exact = x.to(dtype).double().exp()
+    ulp = torch.finfo(dtype).eps * exact  # one unit in the last place, relative to the value (within 2x)
+    assert ((got.double() - exact).abs() <= ulp).all()
+    ends = np.array(
+        [[-np.inf, np.nan, -87.34, -100.0, -1e30]], dtype=np.float32 if dtype == torch.float32 else np.float64
+    )
+    got = _applied(apply, ends)[0]
+    assert got[0] == 0.0 and np.isnan(got[1]) and (got[2:] >= 0.0).all() and (got[2:] < 1.2e-38).all()
