@@ -14,7 +14,10 @@ One thread, float32, CPU time (``time.process_time``), contenders interleaved
   runs (gather q_i, k_j, v_j, score, ``torch_geometric.utils.softmax``,
   scatter-add), under ``torch.compile`` (inductor fuses it into per-edge loops).
 
-Prints the median milliseconds and the ratios to ``fused``, with the date and load average.
+Every step runs in one declared state of glibc's allocator (``--malloc steady``,
+the default, or ``--malloc glibc``: :func:`graphattn.bench.worker.malloc_for_timing`),
+as in the layer benchmarks. Prints the median milliseconds and the ratios to
+``fused``, with the date, load average and CPU.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch
 from torch_geometric.utils import scatter, softmax
 
 import graphattn as ga
+from graphattn.bench.worker import MALLOC_STATES, cpu_summary, malloc_for_timing
 from graphattn.ops import fused
 
 
@@ -54,14 +58,17 @@ def main(argv=None):
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--dims", type=int, nargs="+", default=[8, 64])
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--malloc", choices=MALLOC_STATES, default="steady", help="glibc's state while timing")
     args = parser.parse_args(argv)
+    malloc_for_timing(args.malloc)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     N, K, H = args.nodes, args.degree, args.heads
     edge_index = torch.stack([torch.randint(0, N, (N * K,)), torch.arange(N).repeat_interleave(K)])  # (2, E)
     print(
         f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()}, "
-        f"N = {N}, {K} in-edges, H = {H}, torch {torch.__version__}, 1 thread, fwd+bwd, CPU ms (median)"
+        f"N = {N}, {K} in-edges, H = {H}, torch {torch.__version__}, 1 thread, fwd+bwd, CPU ms (median), "
+        f"malloc {args.malloc}, {cpu_summary()}"
     )
     compiled = torch.compile(per_edge)
     for D in args.dims:
