@@ -140,3 +140,17 @@ def compiler_disable(reason: str):
     if "reason" in inspect.signature(torch.compiler.disable).parameters:
         return torch.compiler.disable(reason=reason)
     return torch.compiler.disable
+
+
+def has_hooks(module: nn.Module) -> bool:
+    """Whether a hook would see ``module``'s call: its own forward/backward hooks, or global module hooks."""
+    from torch.nn.modules import module as nn_module
+
+    own = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
+    shared = (
+        nn_module._global_forward_hooks,
+        nn_module._global_forward_pre_hooks,
+        nn_module._global_backward_hooks,
+        nn_module._global_backward_pre_hooks,
+    )
+    return any(len(hooks) > 0 for hooks in own + shared)

@@ -162,6 +162,40 @@ def project(x: Tensor, *lins) -> tuple[Tensor, ...]:
     return tuple(lin(x) for lin in lins)
 
 
+def heads_last_ok(x: Tensor, heads: int, channels: int, lins) -> bool:
+    """Whether a layer projects to heads-innermost rows: the fused kernels of that layout will run them.
+
+    Not with a lazy ``Linear`` still uninitialised, nor when a hook would see the projections' calls
+    (:func:`project_heads_last` bypasses the modules); else :func:`graphattn.ops.fused.heads_last_usable`.
+    """
+    if any(isinstance(lin.weight, UninitializedParameter) or _compat.has_hooks(lin) for lin in lins):
+        return False
+    return _heads_last_here(x.device.type, x.dtype, heads, channels)
+
+
+@torch.compiler.assume_constant_result
+def _heads_last_here(device: str, dtype: torch.dtype, heads: int, channels: int) -> bool:
+    """:func:`graphattn.ops.fused.heads_last_usable`, a constant to ``torch.compile`` (it reads the thread count).
+
+    A compiled model keeps the layout chosen when it was traced; if the thread count changes after,
+    the operator still checks the layout when it runs and takes the ``(n, H, D)`` kernels otherwise.
+    """
+    from graphattn.ops import fused
+
+    return fused.heads_last_usable(torch.empty(0, device=device, dtype=dtype), heads, channels)
+
+
+def project_heads_last(x: Tensor, lin, heads: int, channels: int) -> Tensor:
+    """``lin(x).view(n, H, D)``, computed with the weight's rows permuted so that memory is ``(n, D, H)``.
+
+    The same values (each output is the same dot product); the ``(n, H, D)`` view has strides
+    ``(H D, 1, H)``, the layout of :mod:`graphattn.ops.heads_last`. The module is not called.
+    """
+    weight = lin.weight.view(heads, channels, -1).transpose(0, 1).reshape(heads * channels, -1)  # rows (d, h)
+    bias = None if lin.bias is None else lin.bias.view(heads, channels).t().reshape(-1)
+    return torch.nn.functional.linear(x, weight, bias).view(-1, channels, heads).transpose(1, 2)  # (n, H, D)
+
+
 def copy_weights(src: torch.nn.Module, dst: torch.nn.Module) -> torch.nn.Module:
     """``dst`` with ``src``'s parameters (by name), dtype, device and train/eval mode."""
     weight = next((p for p in src.parameters() if not isinstance(p, UninitializedParameter)), None)

@@ -11,7 +11,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.dense.linear import Linear
 
-from graphattn import ops
+from graphattn import ops, routing
 from graphattn.graphs import check_edge_index
 from graphattn.routing import attend, copy_weights, project, propagate_index, resolve, use_propagate
 from graphattn.validate import (
@@ -64,6 +64,11 @@ class TransformerConv(MessagePassing):
     of :func:`graphattn.attention`), and the value term
     :math:`\sum_j \alpha_{ij} W_6 e_{ij} = W_6 \sum_j \alpha_{ij} e_{ij}` is one
     scatter of ``(E, H, F_e)`` terms; extra memory O(E H F_e).
+
+    On the CPU at one thread (2-16 heads and channels per head, no ``edge_attr``, no hooks on
+    ``lin_query``/``lin_key``/``lin_value``: the modules are not called then), queries, keys and values
+    are projected with those weights' rows permuted, each row stored heads innermost for the kernels of
+    that layout (:mod:`graphattn.ops.heads_last`; same values, :func:`graphattn.routing.project_heads_last`).
 
     Parameters
     ----------
@@ -282,12 +287,18 @@ class TransformerConv(MessagePassing):
             edge_attr = values
         H, C = self.heads, self.out_channels
         skips = (self.lin_skip,) if self.root_weight else ()
-        if x_src is x_dst:  # every projection of the one input
-            query, key, value, *x_r = project(x_dst, self.lin_query, self.lin_key, self.lin_value, *skips)
+        lins = (self.lin_query, self.lin_key, self.lin_value)
+        if not slow and edge_attr is None and batch is None and routing.heads_last_ok(x_dst, H, C, lins):
+            query = routing.project_heads_last(x_dst, self.lin_query, H, C)
+            key, value = (routing.project_heads_last(x_src, lin, H, C) for lin in (self.lin_key, self.lin_value))
+            x_r = [lin(x_dst) for lin in skips]
         else:
-            query, *x_r = project(x_dst, self.lin_query, *skips)
-            key, value = project(x_src, self.lin_key, self.lin_value)
-        query, key, value = query.view(L, H, C), key.view(S, H, C), value.view(S, H, C)  # (L|S, H, D)
+            if x_src is x_dst:  # every projection of the one input
+                query, key, value, *x_r = project(x_dst, *lins, *skips)
+            else:
+                query, *x_r = project(x_dst, self.lin_query, *skips)
+                key, value = project(x_src, self.lin_key, self.lin_value)
+            query, key, value = query.view(L, H, C), key.view(S, H, C), value.view(S, H, C)  # (L|S, H, D)
         edge_attr = self._check_edge_attr(edge_attr, plain)
         if slow:
             out, alpha = self._propagate(query, key, value, plain, edge_attr, (S, L))

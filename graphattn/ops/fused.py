@@ -21,6 +21,10 @@ one seed), and the kernels scale the kept weights by ``1 / (1 - p)``.
   second pass per source j (the transposed CSR) sums them over its outgoing
   edges, so no two threads write one row (no atomics). Both sum a row's terms
   by ascending target: the result does not depend on the thread count.
+- Rows stored heads innermost (``(n, H, D)`` views of ``(n, D, H)`` memory, what
+  ``ga.TransformerConv`` projects to at one thread: :func:`heads_last_usable`) run
+  the kernels of :mod:`graphattn.ops.heads_last` instead (one thread, up to 16
+  heads and 16 channels per head), and their gradients come back in that layout.
 - The rows of the next edges' sources are prefetched (:mod:`graphattn.ops.prefetch`)
   while an edge is worked on: random rows, which the hardware cannot guess.
 - One thread runs loops compiled without ``parallel`` (no thread pool: an idle
@@ -46,7 +50,7 @@ import threading
 import torch
 from torch import Tensor
 
-__all__ = ["usable", "fused_forward", "fused_backward"]
+__all__ = ["usable", "heads_last_usable", "fused_forward", "fused_backward"]
 
 BLOCK = 64  # targets per block of the parallel kernels' loop (a thread takes whole blocks, each with its scratch)
 ENABLED = True  # switch: False runs the library path (tests compare the two)
@@ -54,6 +58,9 @@ _LOCK = threading.Lock()
 _CALL_LOCK = threading.Lock()
 _CONCURRENT = False  # True once the threading layer is known to take concurrent calls
 _KERNELS: dict[bool, tuple] = {}  # parallel -> the compiled (forward, backward_targets, backward_sources)
+HEADS_LAST_CHANNELS = 16  # channels per head up to which rows stored heads innermost run graphattn.ops.heads_last
+HEADS_LAST_HEADS = 16  # heads up to which they do (one kernel per head count; their scratch holds 16 x 16)
+_KERNELS_HL: dict[int, tuple] = {}  # heads -> the compiled (forward, backward) of graphattn.ops.heads_last
 _NUMBA = None  # whether numba imports
 
 
@@ -283,6 +290,50 @@ def usable(query: Tensor, key: Tensor, value: Tensor, bias: Tensor | None) -> bo
     return _has_numba()
 
 
+def _serial() -> bool:
+    return torch.get_num_threads() == 1 or not _parallel_ok()
+
+
+def heads_last_usable(like: Tensor, heads: int, channels: int) -> bool:
+    """Whether rows stored heads innermost run a fused kernel of their own here (:mod:`graphattn.ops.heads_last`).
+
+    CPU, float32/float64, numba, one thread, 2 to :data:`HEADS_LAST_HEADS` heads and 2 to
+    :data:`HEADS_LAST_CHANNELS` channels per head: where the layers project to that layout
+    (their weights' rows permuted) instead of PyTorch's ``(n, H, D)``.
+    """
+    if not ENABLED or like.device.type != "cpu" or like.dtype not in (torch.float32, torch.float64):
+        return False
+    if not (2 <= heads <= HEADS_LAST_HEADS and 2 <= channels <= HEADS_LAST_CHANNELS):
+        return False
+    return _has_numba() and _serial()
+
+
+def _heads_last(*tensors: Tensor) -> bool:
+    """Every ``(n, H, D)`` tensor a view of ``(n, D, H)`` memory, within the heads-last kernels' range."""
+    first = tensors[0]
+    for t in tensors:
+        H, D = t.size(1), t.size(2)
+        if H != first.size(1) or not (2 <= H <= HEADS_LAST_HEADS and 2 <= D <= HEADS_LAST_CHANNELS):
+            return False
+        if not t.transpose(1, 2).is_contiguous():
+            return False
+    return _serial()
+
+
+def _kernels_heads_last(heads: int):
+    from graphattn.ops.heads_last import build
+
+    with _LOCK:
+        if heads not in _KERNELS_HL:
+            _KERNELS_HL[heads] = build(heads)
+        return _KERNELS_HL[heads]
+
+
+def _np_last(t: Tensor):
+    """A heads-last ``(n, H, D)`` view as its ``(n, D, H)`` memory, a NumPy array (no copy)."""
+    return t.detach().transpose(1, 2).numpy()
+
+
 def _block(n: int) -> int:
     """Targets (or sources) per block of the kernels' outer loop: all of them on one thread (one scratch)."""
     return max(n, 1) if torch.get_num_threads() == 1 or not _parallel_ok() else BLOCK
@@ -312,11 +363,28 @@ def fused_forward(
     ``bias`` ``(E, H or 1)`` sorted or None; ``keep`` (H, E) sorted, dropout's mask (drawn by the caller,
     as the library path draws it) or None.
     """
-    forward = _kernels()[0]
     L, H, _ = query.shape
-    out = query.new_empty(L, H, value.size(2))  # (L, H, D_v)
     alpha = query.new_empty(graph.E, H)  # (E, H)
     b = query.new_zeros(1, 1) if bias is None else bias  # (E, H or 1)
+    if _heads_last(query, key, value):  # rows stored heads innermost: their own kernel, out in that layout
+        out_t = query.new_empty(L, value.size(2), H)  # (L, D_v, H)
+        _kernels_heads_last(H)[0](
+            graph.crow.numpy(),
+            graph.src.numpy(),
+            _np_last(query),
+            _np_last(key),
+            _np_last(value),
+            _np(b),
+            bias is not None,
+            _drop(keep, p, query).numpy(),
+            keep is not None,
+            _scalar(scale, query),
+            out_t.numpy(),
+            alpha.numpy(),
+        )
+        return out_t.transpose(1, 2), alpha  # (L, H, D_v), heads innermost in memory
+    forward = _kernels()[0]
+    out = query.new_empty(L, H, value.size(2))  # (L, H, D_v)
     _run(
         forward,
         graph.crow.numpy(),
@@ -352,9 +420,35 @@ def fused_backward(
 
     ``alpha`` before dropout, ``grad_alpha`` its gradient; ``keep`` (H, E) sorted, the forward's mask, or None.
     """
-    _, backward_targets, backward_sources = _kernels()
-    serial = torch.get_num_threads() == 1 or not _parallel_ok()
     H = query.size(1)
+    if _heads_last(query, key, value):  # the forward's kernel's layout: dq, dk, dv come back in it
+        dq, dk, dv = (x.new_empty(x.size(0), x.size(2), H) for x in (query, key, value))  # (n, D, H)
+        dk.zero_()
+        dv.zero_()
+        ds = query.new_empty(graph.E, H)  # (E, H)
+        ga = query.new_zeros(1, 1) if grad_alpha is None else grad_alpha  # (E, H)
+        _kernels_heads_last(H)[1](
+            graph.crow.numpy(),
+            graph.src.numpy(),
+            _np_last(query),
+            _np_last(key),
+            _np_last(value),
+            _np(alpha),
+            grad_out.detach().transpose(1, 2).contiguous().numpy(),  # (L, D_v, H)
+            _np(ga),
+            grad_alpha is not None,
+            _drop(keep, p, query).numpy(),
+            keep is not None,
+            _scalar(scale, query),
+            dq.numpy(),
+            ds.numpy(),
+            dk.numpy(),
+            dv.numpy(),
+        )
+        dk.mul_(scale)
+        return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2), ds
+    _, backward_targets, backward_sources = _kernels()
+    serial = _serial()
     dq = torch.empty_like(query)
     make = torch.zeros_like if serial else torch.empty_like
     dk, dv = make(key), make(value)

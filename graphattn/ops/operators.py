@@ -55,7 +55,7 @@ from graphattn.ops.fused import fused_backward, fused_forward, usable
 from graphattn.ops.guard import csr_fix, finite, graph_guards, guarded
 from graphattn.ops.ragged import ragged_backward, ragged_forward
 from graphattn.ops.sdpa import dense_backward, dense_forward
-from graphattn.ops.shared import apply_keep, draw_keep
+from graphattn.ops.shared import apply_keep, as_layout, draw_keep
 from graphattn.ops.softmax import segment_softmax
 from graphattn.ops.structure import _Graph, prepare
 from graphattn.validate import message
@@ -277,7 +277,7 @@ def attention_backward_op(
     else:
         dq, dk, dv, ds = csr_backward(graph, *args)
     ds = graph.unsort(ds.t()).contiguous() if need_ds else _empty(query, H)  # (E, H) caller's order
-    return dq.contiguous(), dk.contiguous(), dv.contiguous(), ds
+    return as_layout(dq, query), as_layout(dk, key), as_layout(dv, value), ds
 
 
 @attention_backward_op.register_fake

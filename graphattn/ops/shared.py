@@ -1,4 +1,4 @@
-"""Pieces every kernel shares, written once: the scale, the compute dtype, dropout."""
+"""Pieces every kernel shares, written once: the scale, the compute dtype, dropout, an output's layout."""
 
 from __future__ import annotations
 
@@ -33,3 +33,14 @@ def draw_keep(like: Tensor, p: float) -> Tensor:
 def apply_keep(x: Tensor, keep: Tensor | None, p: float) -> Tensor:
     """``x * keep / (1 - p)``: dropout's rescaling (forward weights and their gradient alike); ``x`` if no mask."""
     return x if keep is None else x * keep / (1.0 - p)
+
+
+def as_layout(x: Tensor, like: Tensor) -> Tensor:
+    """``x`` in ``like``'s memory layout, as a fake's ``torch.empty_like(like)`` promises (a copy only if not).
+
+    The heads-last kernels return gradients heads innermost, as their inputs came (no copy);
+    every other path computes them contiguous.
+    """
+    if x.stride() == like.stride():
+        return x
+    return torch.empty_like(like).copy_(x)

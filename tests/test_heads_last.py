@@ -1,0 +1,178 @@
+"""Rows stored heads innermost (graphattn.ops.heads_last): the kernels against the library path, the layer against PyG."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import DTYPES, assert_close
+
+import graphattn as ga
+from graphattn.ops import fused
+
+pytest.importorskip("numba")
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """How many times each fused kernel family was asked for: {"heads_last": n, "rows": n}."""
+    calls = {"heads_last": 0, "rows": 0}
+    heads_last, rows = fused._kernels_heads_last, fused._kernels
+    monkeypatch.setattr(
+        fused,
+        "_kernels_heads_last",
+        lambda h: calls.__setitem__("heads_last", calls["heads_last"] + 1) or heads_last(h),
+    )
+    monkeypatch.setattr(fused, "_kernels", lambda: calls.__setitem__("rows", calls["rows"] + 1) or rows())
+    return calls
+
+
+def _graph(L, S, E, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.stack([torch.randint(0, S, (E,), generator=g), torch.randint(0, L - 3, (E,), generator=g)])
+    return torch.cat([ei, ei[:, :10]], 1)  # duplicates; the last targets without edges
+
+
+def _heads_last(x):
+    """The same values, stored ``(n, D, H)``: a ``(n, H, D)`` view with strides ``(H D, 1, H)``."""
+    return x.detach().transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _attend(q, k, v, ei, bias, need_weights, dropout=0.0):
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    torch.manual_seed(11)
+    out, alpha = ga.attention(
+        *leaves, ei, edge_bias=bias, impl="csr", scale=0.6, dropout=dropout, need_weights=need_weights
+    )
+    loss = (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum()
+    if need_weights:
+        loss = loss + (alpha * torch.linspace(0, 2, alpha.numel(), dtype=alpha.dtype).view_as(alpha)).sum()
+    loss.backward()
+    return out.detach(), None if alpha is None else alpha.detach(), [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "bias_kind, need_weights, dropout",
+    [(None, False, 0.0), ("heads", True, 0.0), ("one", False, 0.3), (None, True, 0.3)],
+)
+def test_heads_last_kernels_equal_the_library_path(dtype, bias_kind, need_weights, dropout, one_thread, counted):
+    """Heads-innermost q, k, v through ga.attention: outputs, weights and gradients equal the library path's
+    on the same values stored (n, H, D) (same dropout mask under one seed); gradients keep the inputs' layout."""
+    L, S, H, D, Dv = 40, 30, 4, 6, 5
+    g = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(n, H, D, dtype=dtype, generator=g) for n in (L, S))
+    v = torch.randn(S, H, Dv, dtype=dtype, generator=g)
+    ei = _graph(L, S, 200)
+    bias = {
+        None: None,
+        "heads": torch.randn(ei.size(1), H, dtype=dtype, generator=g),
+        "one": torch.randn(ei.size(1), 1, dtype=dtype, generator=g),
+    }[bias_kind]
+    views = [_heads_last(t).requires_grad_() for t in (q, k, v)]
+    torch.manual_seed(11)
+    out, alpha = ga.attention(
+        *views, ei, edge_bias=bias, impl="csr", scale=0.6, dropout=dropout, need_weights=need_weights
+    )
+    loss = (out * torch.linspace(-1, 1, out.numel(), dtype=dtype).view_as(out)).sum()
+    if need_weights:
+        loss = loss + (alpha * torch.linspace(0, 2, alpha.numel(), dtype=dtype).view_as(alpha)).sum()
+    loss.backward()
+    assert counted["heads_last"] == 2 and counted["rows"] == 0  # forward and backward, the heads-last kernels
+    for t in views:
+        assert t.grad.stride() == t.stride()  # the layout the backward operator promises (its fake's)
+    fused.ENABLED = False  # the reference: sampled matmul, segment softmax, sparse matmul, on (n, H, D) rows
+    try:
+        ref = _attend(q, k, v, ei, bias, need_weights, dropout)
+    finally:
+        fused.ENABLED = True
+    assert_close(out, ref[0])
+    if need_weights:
+        assert_close(alpha.detach(), ref[1])
+    for t, expected in zip(views, ref[2]):
+        assert_close(t.grad, expected)
+
+
+def test_heads_last_only_for_one_thread_and_small_rows(counted):
+    """With two threads, or 32 channels per head, heads-innermost inputs take the (n, H, D) kernels (same values)."""
+    L, H = 30, 4
+    ei = _graph(L, L, 120)
+    before = torch.get_num_threads()
+    try:
+        for threads, D in ((2, 6), (1, 32)):
+            torch.set_num_threads(threads)
+            q, k, v = (torch.randn(L, H, D, dtype=torch.float64) for _ in range(3))
+            counted.update(heads_last=0, rows=0)
+            out, _ = ga.attention(*(_heads_last(t) for t in (q, k, v)), ei, impl="csr")
+            assert counted == {"heads_last": 0, "rows": 1}
+            assert_close(out, ga.attention(q, k, v, ei, impl="csr")[0])
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_transformer_conv_projects_heads_last_and_equals_pyg(dtype, one_thread, counted):
+    """At one thread ga.TransformerConv projects to heads-innermost rows and runs their kernels; output and
+    every gradient equal PyG's TransformerConv with the same weights."""
+    from torch_geometric.nn import TransformerConv
+
+    torch.manual_seed(2)
+    N, F, H, C = 60, 12, 4, 8
+    ei = _graph(N, N, 400)
+    ours = ga.TransformerConv(F, C, heads=H).to(dtype)
+    ref = TransformerConv(F, C, heads=H).to(dtype)
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(N, F, dtype=dtype)
+    out = ours(x.requires_grad_(), ei)
+    assert counted == {"heads_last": 1, "rows": 0}
+    x_ref = x.detach().requires_grad_()
+    expected = ref(x_ref, ei)
+    assert_close(out, expected)
+    w = torch.randn_like(out)
+    got = torch.autograd.grad((out * w).sum(), [x, *ours.parameters()])
+    want = torch.autograd.grad((expected * w).sum(), [x_ref, *ref.parameters()])
+    for a, b in zip(got, want):
+        assert_close(a, b)
+
+
+def test_compiled_transformer_conv_runs_heads_last_and_equals_eager(one_thread, counted):
+    """Compiled with fullgraph=True, the layer still projects heads innermost (the decision is a traced constant)
+    and runs those kernels; outputs and gradients equal eager. Run later at two threads it stays right."""
+    torch.manual_seed(3)
+    N, F, H, C = 50, 16, 4, 4
+    ei = _graph(N, N, 300)
+    layer = ga.TransformerConv(F, C, heads=H)
+    torch.compiler.reset()  # a fresh budget of recompilations, and none left behind (the end of the test)
+    compiled = torch.compile(layer, fullgraph=True)
+    x = torch.randn(N, F)
+    xc = x.clone().requires_grad_()
+    out = compiled(xc, ei)
+    out.sum().backward()
+    assert counted["heads_last"] == 2 and counted["rows"] == 0
+    xe = x.clone().requires_grad_()
+    eager = layer(xe, ei)
+    eager.sum().backward()
+    assert_close(out, eager)
+    assert_close(xc.grad, xe.grad)
+    torch.set_num_threads(2)  # (one_thread restores it)
+    counted.update(heads_last=0, rows=0)
+    again = compiled(x, ei)
+    assert counted == {"heads_last": 0, "rows": 1}  # the operator checks the layout itself
+    assert_close(again, eager.detach())
+    torch.compiler.reset()
+
+
+def test_hooks_on_the_projections_keep_the_rows_layout(one_thread, counted):
+    """A forward hook on lin_key sees the call: the layer then projects with the modules, (n, H, D)."""
+    layer = ga.TransformerConv(8, 4, heads=2)
+    seen = []
+    layer.lin_key.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    layer(torch.randn(10, 8), _graph(10, 10, 40))
+    assert seen == [(10, 8)] and counted == {"heads_last": 0, "rows": 1}
