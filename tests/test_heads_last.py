@@ -100,21 +100,30 @@ def test_heads_last_kernels_equal_the_library_path(dtype, bias_kind, need_weight
         assert_close(t.grad, expected)
 
 
-def test_heads_last_only_for_one_thread_and_small_rows(counted):
-    """With two threads, or 32 channels per head, heads-innermost inputs take the (n, H, D) kernels (same values)."""
-    L, H = 30, 4
+@pytest.mark.parametrize("threads, H, D", [(2, 4, 6), (1, 4, 32), (1, 20, 5)])
+def test_heads_last_only_for_one_thread_and_small_rows(threads, H, D, counted):
+    """With two threads, 32 channels or 20 heads, heads-innermost inputs take the (n, H, D) kernels: the same
+    outputs and gradients as contiguous inputs, gradients in the inputs' layout (a serial backward crashed
+    in numba's typing on non-contiguous inputs before: its gradients took their strides)."""
+    L = 30
     ei = _graph(L, L, 120)
     before = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
-        for threads, D in ((2, 6), (1, 32)):
-            torch.set_num_threads(threads)
-            q, k, v = (torch.randn(L, H, D, dtype=torch.float64) for _ in range(3))
-            counted.update(heads_last=0, rows=0)
-            out, _ = ga.attention(*(_heads_last(t) for t in (q, k, v)), ei, impl="csr")
-            assert counted == {"heads_last": 0, "rows": 1}
-            assert_close(out, ga.attention(q, k, v, ei, impl="csr")[0])
+        base = [torch.randn(L, H, D, dtype=torch.float64) for _ in range(3)]
+        views = [_heads_last(t).requires_grad_() for t in base]
+        out, _ = ga.attention(*views, ei, impl="csr")
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+        assert counted == {"heads_last": 0, "rows": 2}
+        leaves = [t.clone().requires_grad_() for t in base]
+        expected, _ = ga.attention(*leaves, ei, impl="csr")
+        (expected * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
     finally:
         torch.set_num_threads(before)
+    assert_close(out, expected)
+    for t, leaf in zip(views, leaves):
+        assert t.grad.stride() == t.stride()
+        assert_close(t.grad, leaf.grad)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

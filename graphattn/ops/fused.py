@@ -364,34 +364,17 @@ def fused_forward(
     as the library path draws it) or None.
     """
     L, H, _ = query.shape
+    last = _heads_last(query, key, value)  # rows stored heads innermost: their own kernel, out in that layout
+    rows = _np_last if last else _np
+    out = query.new_empty(L, value.size(2), H) if last else query.new_empty(L, H, value.size(2))
     alpha = query.new_empty(graph.E, H)  # (E, H)
     b = query.new_zeros(1, 1) if bias is None else bias  # (E, H or 1)
-    if _heads_last(query, key, value):  # rows stored heads innermost: their own kernel, out in that layout
-        out_t = query.new_empty(L, value.size(2), H)  # (L, D_v, H)
-        _kernels_heads_last(H)[0](
-            graph.crow.numpy(),
-            graph.src.numpy(),
-            _np_last(query),
-            _np_last(key),
-            _np_last(value),
-            _np(b),
-            bias is not None,
-            _drop(keep, p, query).numpy(),
-            keep is not None,
-            _scalar(scale, query),
-            out_t.numpy(),
-            alpha.numpy(),
-        )
-        return out_t.transpose(1, 2), alpha  # (L, H, D_v), heads innermost in memory
-    forward = _kernels()[0]
-    out = query.new_empty(L, H, value.size(2))  # (L, H, D_v)
-    _run(
-        forward,
+    args = (
         graph.crow.numpy(),
         graph.src.numpy(),
-        _np(query),
-        _np(key),
-        _np(value),
+        rows(query),
+        rows(key),
+        rows(value),
         _np(b),
         bias is not None,
         _drop(keep, p, query).numpy(),
@@ -399,8 +382,11 @@ def fused_forward(
         _scalar(scale, query),
         out.numpy(),
         alpha.numpy(),
-        _block(L),
     )
+    if last:
+        _kernels_heads_last(H)[0](*args)
+        return out.transpose(1, 2), alpha  # (L, H, D_v), heads innermost in memory
+    _run(_kernels()[0], *args, _block(L))
     return out, alpha
 
 
@@ -421,48 +407,28 @@ def fused_backward(
     ``alpha`` before dropout, ``grad_alpha`` its gradient; ``keep`` (H, E) sorted, the forward's mask, or None.
     """
     H = query.size(1)
-    if _heads_last(query, key, value):  # the forward's kernel's layout: dq, dk, dv come back in it
+    last = _heads_last(query, key, value)  # the forward's kernel's layout: dq, dk, dv come back in it
+    serial = last or _serial()
+    rows = _np_last if last else _np
+    if last:
         dq, dk, dv = (x.new_empty(x.size(0), x.size(2), H) for x in (query, key, value))  # (n, D, H)
+        go = grad_out.detach().transpose(1, 2).contiguous().numpy()  # (L, D_v, H)
+    else:
+        dq, dk, dv = (x.new_empty(x.shape) for x in (query, key, value))  # contiguous, as the kernels write
+        go = _np(grad_out)
+    if serial:  # dk, dv accumulated in the per-target pass
         dk.zero_()
         dv.zero_()
-        ds = query.new_empty(graph.E, H)  # (E, H)
-        ga = query.new_zeros(1, 1) if grad_alpha is None else grad_alpha  # (E, H)
-        _kernels_heads_last(H)[1](
-            graph.crow.numpy(),
-            graph.src.numpy(),
-            _np_last(query),
-            _np_last(key),
-            _np_last(value),
-            _np(alpha),
-            grad_out.detach().transpose(1, 2).contiguous().numpy(),  # (L, D_v, H)
-            _np(ga),
-            grad_alpha is not None,
-            _drop(keep, p, query).numpy(),
-            keep is not None,
-            _scalar(scale, query),
-            dq.numpy(),
-            ds.numpy(),
-            dk.numpy(),
-            dv.numpy(),
-        )
-        dk.mul_(scale)
-        return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2), ds
-    _, backward_targets, backward_sources = _kernels()
-    serial = _serial()
-    dq = torch.empty_like(query)
-    make = torch.zeros_like if serial else torch.empty_like
-    dk, dv = make(key), make(value)
     ds = query.new_empty(graph.E, H)  # (E, H)
-    q, a, go = _np(query), _np(alpha), _np(grad_out)
+    q, a = rows(query), _np(alpha)
     ga = query.new_zeros(1, 1) if grad_alpha is None else grad_alpha  # (E, H)
     drop = _drop(keep, p, query).numpy()  # (E, H)
-    _run(
-        backward_targets,
+    args = (
         graph.crow.numpy(),
         graph.src.numpy(),
         q,
-        _np(key),
-        _np(value),
+        rows(key),
+        rows(value),
         a,
         go,
         _np(ga),
@@ -474,8 +440,13 @@ def fused_backward(
         ds.numpy(),
         dk.numpy(),
         dv.numpy(),
-        _block(query.size(0)),
     )
+    if last:
+        _kernels_heads_last(H)[1](*args)
+        dk.mul_(scale)
+        return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2), ds
+    _, backward_targets, backward_sources = _kernels()
+    _run(backward_targets, *args, _block(query.size(0)))
     if serial:
         dk.mul_(scale)
     else:  # per source: no two threads write one row
