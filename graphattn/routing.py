@@ -168,9 +168,19 @@ def heads_last_ok(x: Tensor, heads: int, channels: int, lins) -> bool:
     Not with a lazy ``Linear`` still uninitialised, nor when a hook would see the projections' calls
     (:func:`project_heads_last` bypasses the modules); else :func:`graphattn.ops.fused.heads_last_usable`.
     """
-    if any(isinstance(lin.weight, UninitializedParameter) or _compat.has_hooks(lin) for lin in lins):
+    if not _heads_last_here(x.device.type, x.dtype, heads, channels):
         return False
-    return _heads_last_here(x.device.type, x.dtype, heads, channels)
+    return all(_plain_linear(lin) for lin in lins)
+
+
+def _plain_linear(lin) -> bool:
+    """A stock ``Linear`` (PyG's or torch's: ``x W^T + b`` and nothing else), initialised, seen by no hook."""
+    from torch_geometric.nn.dense.linear import Linear
+
+    stock = (Linear.forward, torch.nn.Linear.forward)
+    if type(lin).forward not in stock or "forward" in vars(lin) or _compat.has_hooks(lin):
+        return False  # a subclass or a patched forward may compute more than the weights say
+    return not isinstance(getattr(lin, "weight", None), UninitializedParameter | type(None))
 
 
 @torch.compiler.assume_constant_result

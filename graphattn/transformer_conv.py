@@ -65,8 +65,8 @@ class TransformerConv(MessagePassing):
     :math:`\sum_j \alpha_{ij} W_6 e_{ij} = W_6 \sum_j \alpha_{ij} e_{ij}` is one
     scatter of ``(E, H, F_e)`` terms; extra memory O(E H F_e).
 
-    On the CPU at one thread (2-16 heads and channels per head, no ``edge_attr``, no hooks on
-    ``lin_query``/``lin_key``/``lin_value``: the modules are not called then), queries, keys and values
+    On the CPU at one thread (2-16 heads and channels per head, no ``edge_attr``, ``lin_query``/``lin_key``/
+    ``lin_value`` stock ``Linear`` modules without hooks: they are not called then), queries, keys and values
     are projected with those weights' rows permuted, each row stored heads innermost for the kernels of
     that layout (:mod:`graphattn.ops.heads_last`; same values, :func:`graphattn.routing.project_heads_last`).
 

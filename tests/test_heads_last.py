@@ -185,3 +185,29 @@ def test_hooks_on_the_projections_keep_the_rows_layout(one_thread, counted):
     layer.lin_key.register_forward_hook(lambda module, args, out: seen.append(out.shape))
     layer(torch.randn(10, 8), _graph(10, 10, 40))
     assert seen == [(10, 8)] and counted == {"heads_last": 0, "rows": 1}
+
+
+def test_projections_that_compute_more_than_their_weights_keep_the_rows_layout(one_thread, counted):
+    """A Linear subclass with its own forward (an adapter, fake quantisation), a patched forward, or a
+    module without ``weight`` as a projection: the layer calls it, as PyG does, and equals PyG's layer."""
+    from torch import nn
+    from torch_geometric.nn import TransformerConv
+
+    class Doubled(nn.Linear):
+        def forward(self, x):
+            return 2.0 * super().forward(x)
+
+    N, F, H, C = 20, 5, 4, 3
+    x, ei = torch.randn(N, F, dtype=torch.float64), _graph(N, N, 60)
+    ours = ga.TransformerConv(F, C, heads=H).double()
+    ref = TransformerConv(F, C, heads=H).double()
+    ref.load_state_dict(ours.state_dict())
+    for module in (ours, ref):
+        doubled = Doubled(F, H * C).double()
+        doubled.load_state_dict(module.lin_query.state_dict())
+        module.lin_query = doubled
+        plain = module.lin_key.forward
+        module.lin_key.forward = lambda z, plain=plain: 0.5 * plain(z)
+        module.lin_value = nn.Sequential(module.lin_value, nn.Tanh())
+    assert_close(ours(x, ei), ref(x, ei))
+    assert counted["heads_last"] == 0

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 
 import numba
 from llvmlite import ir
@@ -69,11 +70,20 @@ def _slp():
         numba.config.SLP_VECTORIZE = before
 
 
+_COMPILE = threading.Lock()
+
+
 def _compiling(kernel):
-    """``kernel``, called with the SLP vectoriser on (only a first call per signature compiles)."""
+    """``kernel``, its first call per signature (the one that compiles) with the SLP vectoriser on, under a lock.
+
+    The flag is global to numba: set and restored only around a compilation, never around the
+    (``nogil``, concurrent) calls after it, so it cannot be left on.
+    """
 
     def call(*args):
-        with _slp():
+        if tuple(numba.typeof(a) for a in args) in kernel.overloads:
+            return kernel(*args)
+        with _COMPILE, _slp():
             return kernel(*args)
 
     return call
