@@ -303,9 +303,11 @@ def heads_last_usable(like: Tensor, heads: int, channels: int) -> bool:
     """
     if not ENABLED or like.device.type != "cpu" or like.dtype not in (torch.float32, torch.float64):
         return False
-    if not (2 <= heads <= HEADS_LAST_HEADS and 2 <= channels <= HEADS_LAST_CHANNELS):
-        return False
-    return _has_numba() and _serial()
+    return _heads_last_shape(heads, channels) and _has_numba() and _serial()
+
+
+def _heads_last_shape(heads: int, channels: int) -> bool:
+    return 2 <= heads <= HEADS_LAST_HEADS and 2 <= channels <= HEADS_LAST_CHANNELS
 
 
 def _heads_last(*tensors: Tensor) -> bool:
@@ -313,7 +315,7 @@ def _heads_last(*tensors: Tensor) -> bool:
     first = tensors[0]
     for t in tensors:
         H, D = t.size(1), t.size(2)
-        if H != first.size(1) or not (2 <= H <= HEADS_LAST_HEADS and 2 <= D <= HEADS_LAST_CHANNELS):
+        if H != first.size(1) or not _heads_last_shape(H, D):
             return False
         if not t.transpose(1, 2).is_contiguous():
             return False
@@ -408,7 +410,7 @@ def fused_backward(
     """
     H = query.size(1)
     last = _heads_last(query, key, value)  # the forward's kernel's layout: dq, dk, dv come back in it
-    serial = last or _serial()
+    serial = _serial()  # (always, when last)
     rows = _np_last if last else _np
     if last:
         dq, dk, dv = (x.new_empty(x.size(0), x.size(2), H) for x in (query, key, value))  # (n, D, H)
