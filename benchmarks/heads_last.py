@@ -8,8 +8,9 @@
 ``ga.TransformerConv`` projects to at one thread), forward and backward, one
 thread, float32, no bias or dropout, the kernels called directly (no autograd),
 alternated (each repeat runs every contender once); minimum and median wall
-time. ``+T`` adds the transposes into that layout and back, what a caller
-holding ``(N, H, D)`` tensors would pay. The results are checked against each
+time. Both kernels take ``grad_out`` and give ``out`` in ``(N, H, D)``; ``+T``
+adds the transposes of q, k, v into the heads-last layout and of dq, dk, dv back,
+what a caller holding ``(N, H, D)`` tensors would pay. The results are checked against each
 other (largest difference printed). Measured on machine B of docs/pyg.md
 (2026-12-03, on the prototype of these kernels): forward 3.4 ms against 8.0,
 backward 10.2 against 16.3 (minima).
@@ -69,8 +70,8 @@ def main(argv=None):
         t = time.perf_counter()
         ours_forward(crow, src, q, k, v, none, False, none, False, scale, out, alpha, N)
         times["fused fwd"].append(time.perf_counter() - t)
-        qT, kT, vT, goT = (_last(x) for x in (q, k, v, go))
-        outT, alphaT = np.empty_like(vT), np.empty((graph.E, H), np.float32)
+        qT, kT, vT = (_last(x) for x in (q, k, v))
+        outT, alphaT = np.empty_like(v), np.empty((graph.E, H), np.float32)  # out in (N, H, D) from both
         t = time.perf_counter()
         forward(crow, src, qT, kT, vT, none, False, none, False, scale, outT, alphaT)
         times["heads-last fwd"].append(time.perf_counter() - t)
@@ -80,18 +81,16 @@ def main(argv=None):
         dk *= scale
         times["fused bwd"].append(time.perf_counter() - t)
         t0 = time.perf_counter()
-        qT, kT, vT, goT = (_last(x) for x in (q, k, v, go))
+        qT, kT, vT = (_last(x) for x in (q, k, v))
         dqT, dsT, dkT, dvT = np.empty_like(qT), np.empty((graph.E, H), np.float32), np.zeros_like(kT), np.zeros_like(vT)
         t = time.perf_counter()
-        backward(crow, src, qT, kT, vT, alpha, goT, none, False, none, False, scale, dqT, dsT, dkT, dvT)
-        dkT *= scale
+        backward(crow, src, qT, kT, vT, alpha, go, none, False, none, False, scale, dqT, dsT, dkT, dvT)  # dk scaled
         t1 = time.perf_counter()
         grads = [_last(x) for x in (dqT, dkT, dvT)]
         times["heads-last bwd"].append(t1 - t)
         times["heads-last bwd +T"].append(time.perf_counter() - t0)
     diff = max(
-        float(np.abs(a - b).max())
-        for a, b in [(out, _last(outT)), (alpha, alphaT), (ds, dsT), *zip((dq, dk, dv), grads)]
+        float(np.abs(a - b).max()) for a, b in [(out, outT), (alpha, alphaT), (ds, dsT), *zip((dq, dk, dv), grads)]
     )
     for name, t in times.items():
         print(f"{name:18s} {1e3 * min(t):7.2f}; {1e3 * statistics.median(t):7.2f}")

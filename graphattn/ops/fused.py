@@ -366,9 +366,9 @@ def fused_forward(
     as the library path draws it) or None.
     """
     L, H, _ = query.shape
-    last = _heads_last(query, key, value)  # rows stored heads innermost: their own kernel, out in that layout
+    last = _heads_last(query, key, value)  # rows stored heads innermost: their own kernel
     rows = _np_last if last else _np
-    out = query.new_empty(L, value.size(2), H) if last else query.new_empty(L, H, value.size(2))
+    out = query.new_empty(L, H, value.size(2))  # (L, H, D_v): both kernels write PyTorch's layout
     alpha = query.new_empty(graph.E, H)  # (E, H)
     b = query.new_zeros(1, 1) if bias is None else bias  # (E, H or 1)
     args = (
@@ -387,7 +387,7 @@ def fused_forward(
     )
     if last:
         _kernels_heads_last(H)[0](*args)
-        return out.transpose(1, 2), alpha  # (L, H, D_v), heads innermost in memory
+        return out, alpha
     _run(_kernels()[0], *args, _block(L))
     return out, alpha
 
@@ -414,10 +414,9 @@ def fused_backward(
     rows = _np_last if last else _np
     if last:
         dq, dk, dv = (x.new_empty(x.size(0), x.size(2), H) for x in (query, key, value))  # (n, D, H)
-        go = grad_out.detach().transpose(1, 2).contiguous().numpy()  # (L, D_v, H)
     else:
         dq, dk, dv = (x.new_empty(x.shape) for x in (query, key, value))  # contiguous, as the kernels write
-        go = _np(grad_out)
+    go = _np(grad_out)  # (L, H, D_v): the heads-last kernel transposes each row on the stack
     if serial:  # dk, dv accumulated in the per-target pass
         dk.zero_()
         dv.zero_()
@@ -444,8 +443,7 @@ def fused_backward(
         dv.numpy(),
     )
     if last:
-        _kernels_heads_last(H)[1](*args)
-        dk.mul_(scale)
+        _kernels_heads_last(H)[1](*args)  # dk scaled in the kernel
         return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2), ds
     _, backward_targets, backward_sources = _kernels()
     _run(backward_targets, *args, _block(query.size(0)))

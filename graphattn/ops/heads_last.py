@@ -95,7 +95,7 @@ def build(H: int):
     ahead = DISTANCE
 
     @jit
-    def forward(crow, src, qT, kT, vT, bias, has_bias, drop, has_drop, scale, outT, alpha):  # pragma: no cover
+    def forward(crow, src, qT, kT, vT, bias, has_bias, drop, has_drop, scale, out, alpha):  # pragma: no cover
         L, D, _ = qT.shape
         Dv, E, hb = vT.shape[1], src.shape[0], bias.shape[1]
         zero = scale - scale  # 0 in the feature dtype
@@ -150,16 +150,16 @@ def build(H: int):
                         acc[d, h] += p[h] * vT[j, d, h]
             for h in range(H):
                 norm[h] = 1 / norm[h] if norm[h] != 0 else zero  # a NaN sum stays NaN
-            for d in range(Dv):
-                for h in range(H):
-                    outT[i, d, h] = acc[d, h] * norm[h]
+            for h in range(H):  # out in PyTorch's (L, H, D_v): no transpose after the kernel
+                for d in range(Dv):
+                    out[i, h, d] = acc[d, h] * norm[h]
             for e in range(e0, e1):
                 for h in range(H):
                     alpha[e, h] *= norm[h]
 
     @jit
     def backward(
-        crow, src, qT, kT, vT, alpha, goT, ga, has_ga, drop, has_drop, scale, dqT, ds, dkT, dvT
+        crow, src, qT, kT, vT, alpha, go, ga, has_ga, drop, has_drop, scale, dqT, ds, dkT, dvT
     ):  # pragma: no cover
         L, D, _ = qT.shape
         Dv, E = vT.shape[1], src.shape[0]
@@ -171,10 +171,18 @@ def build(H: int):
         acc = numba.carray(_stack(qT), (D, H))  # dq_i before the scale
         tk = numba.carray(_stack(qT), (D, H))  # this edge's dk_j term, staged
         tv = numba.carray(_stack(qT), (Dv, H))  # this edge's dv_j term, staged
+        goT = numba.carray(_stack(qT), (Dv, H))  # grad_out_i, heads innermost
+        qs = numba.carray(_stack(qT), (D, H))  # scale q_i: dk_j's term
         for i in range(L):
             e0, e1 = crow[i], crow[i + 1]
             for h in range(H):
                 ag[h] = zero
+            for h in range(H):  # grad_out arrives in PyTorch's (L, H, D_v): transposed here, per row
+                for d in range(Dv):
+                    goT[d, h] = go[i, h, d]
+            for d in range(D):
+                for h in range(H):
+                    qs[d, h] = qT[i, d, h] * scale
             for d in range(D):
                 for h in range(H):
                     acc[d, h] = zero
@@ -186,7 +194,7 @@ def build(H: int):
                     g[h] = zero
                 for d in range(Dv):
                     for h in range(H):
-                        g[h] += goT[i, d, h] * vT[j, d, h]
+                        g[h] += goT[d, h] * vT[j, d, h]
                 if has_drop:
                     for h in range(H):
                         g[h] *= drop[e, h]
@@ -213,10 +221,10 @@ def build(H: int):
                 for d in range(D):
                     for h in range(H):
                         acc[d, h] += w[h] * kT[j, d, h]
-                        tk[d, h] = w[h] * qT[i, d, h]
+                        tk[d, h] = w[h] * qs[d, h]
                 for d in range(Dv):
                     for h in range(H):
-                        tv[d, h] = a[h] * goT[i, d, h]
+                        tv[d, h] = a[h] * goT[d, h]
                 for d in range(D):
                     for h in range(H):
                         dkT[j, d, h] += tk[d, h]

@@ -310,6 +310,9 @@ def _(
 def _setup_attention(ctx, inputs, output):
     query, key, value, edge_index, edge_bias, scale, dropout, need_alpha, impl, sorted_alpha, loops = inputs
     _, alpha, keep = output
+    if sorted_alpha:  # alpha kept for the backward only (the caller never sees it): no gradient reaches it
+        ctx.mark_non_differentiable(alpha)
+    ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None, not a zero (E, H) to read
     ctx.save_for_backward(query, key, value, edge_index, edge_bias, alpha, keep)
     ctx.scale, ctx.dropout, ctx.impl, ctx.sorted_alpha, ctx.loops = scale, dropout, impl, sorted_alpha, loops
 
