@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from graphattn import _compat, distributed, ops
+from graphattn import _compat, distributed, ops, routing
 from graphattn.dense import reset_like_mha
 from graphattn.routing import attend, project, propagate_index, resolve, use_propagate
 from graphattn.validate import (
@@ -198,8 +198,13 @@ class AttentionConv(MessagePassing):
         # a lazy one is initialised the same way at its first call
         reset_like_mha([lin for lin in projections if _in_width(lin) is not None], self.lin_out)
 
-    def _project(self, x) -> tuple[Tensor, Tensor, Tensor]:
-        """1) project: ``(query (L, H, D), key (S, H, D), value (S, H, D))``."""
+    def _project(self, x, heads_last: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """1) project: ``(query (L, H, D), key (S, H, D), value (S, H, D))``.
+
+        ``heads_last``: where the fused kernels of that layout will run them
+        (:func:`graphattn.routing.heads_last_ok`), the same values stored ``(n, D, H)``
+        (:func:`graphattn.routing.project_heads_last`).
+        """
         if isinstance(x, Tensor):
             x_k = x_v = x_q = x
         elif isinstance(x, (tuple, list)) and len(x) == 2:
@@ -219,6 +224,10 @@ class AttentionConv(MessagePassing):
             if width is not None and t.dtype != lin.weight.dtype:
                 fix = f"convert one of them, e.g. conv.to({t.dtype})"
                 raise TypeError(message(name, f"the layer's dtype {lin.weight.dtype}", t.dtype, fix, verb="have"))
+        H, D = self.heads, self.out_channels // self.heads
+        lins = (self.lin_query, self.lin_key, self.lin_value)
+        if heads_last and routing.heads_last_ok(x_q, H, D, lins) and x_k.dtype == x_v.dtype == x_q.dtype:
+            return tuple(routing.project_heads_last(t, lin, H, D) for t, lin in zip((x_q, x_k, x_v), lins))
         if x_q is x_k and x_k is x_v:  # the projections of one input
             parts = project(x_q, self.lin_query, self.lin_key, self.lin_value)
         else:
@@ -230,7 +239,7 @@ class AttentionConv(MessagePassing):
                     else (self.lin_key(x_k), self.lin_value(x_v))
                 ),
             )
-        return tuple(t.view(t.size(0), self.heads, self.out_channels // self.heads) for t in parts)  # (n, H, D)
+        return tuple(t.view(t.size(0), H, D) for t in parts)  # (n, H, D)
 
     def forward(
         self,
@@ -287,12 +296,13 @@ class AttentionConv(MessagePassing):
         """
         check_not_jit(self, "trace")
         check_bool("return_attention_weights", return_attention_weights)
-        query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
         if context_parallel is not None:
+            query, key, value = self._project(x)  # (L, H, D), (S, H, D), (S, H, D)
             return self._context_parallel(
                 query, key, value, edge_index, context_parallel, edge_bias, return_attention_weights, size, batch
             )
         slow = use_propagate(self, edge_index, batch)
+        query, key, value = self._project(x, heads_last=not slow and batch is None)  # (L|S, H, D)
         edge_index, graph, _ = resolve(
             edge_index, size, batch, key.size(0), query.size(0), slow or return_attention_weights, query.device
         )

@@ -211,3 +211,74 @@ def test_projections_that_compute_more_than_their_weights_keep_the_rows_layout(o
         module.lin_value = nn.Sequential(module.lin_value, nn.Tanh())
     assert_close(ours(x, ei), ref(x, ei))
     assert counted["heads_last"] == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bipartite", [False, True])
+def test_attention_conv_projects_heads_last_and_equals_the_dense_oracle(dtype, bipartite, one_thread, counted):
+    """At one thread ga.AttentionConv projects to heads-innermost rows and runs their kernels; output and every
+    gradient equal the dense oracle (masked softmax attention, graphattn.dense.DenseAttention) with the same
+    weights, targets without keys included."""
+    from graphattn import graphs
+    from graphattn.dense import DenseAttention
+
+    torch.manual_seed(4)
+    L, S, H, D = 30, 24 if bipartite else 30, 4, 6
+    f_kv, f_q = (5, 7) if bipartite else (9, 9)
+    conv = ga.AttentionConv((f_kv, f_q) if bipartite else f_q, H * D, heads=H).to(dtype)
+    oracle = DenseAttention((f_kv, f_q) if bipartite else f_q, H * D, heads=H).to(dtype)
+    oracle.load_state_dict(conv.state_dict())
+    mask = torch.rand(L, S) < 0.3
+    mask[5] = False  # a target without keys: a zero attention row
+    edge_index = graphs.mask_to_edge_index(mask)
+    x_kv, x_q = torch.randn(S, f_kv, dtype=dtype), torch.randn(L, f_q, dtype=dtype)
+    inputs = (x_kv.requires_grad_(), x_q.requires_grad_()) if bipartite else x_q.requires_grad_()
+    out = conv(inputs, edge_index)
+    assert counted == {"heads_last": 1, "rows": 0}
+    ref_kv, ref_q = x_kv.detach().requires_grad_(), x_q.detach().requires_grad_()
+    expected, _ = oracle((ref_kv, ref_q) if bipartite else ref_q, mask)
+    assert_close(out, expected)
+    w = torch.randn_like(out)
+    leaves = [x_kv, x_q] if bipartite else [x_q]
+    ref_leaves = [ref_kv, ref_q] if bipartite else [ref_q]
+    got = torch.autograd.grad((out * w).sum(), [*leaves, *conv.parameters()])
+    want = torch.autograd.grad((expected * w).sum(), [*ref_leaves, *oracle.parameters()])
+    assert counted["heads_last"] == 2
+    for a, b in zip(got, want):
+        assert_close(a, b)
+
+
+def test_attention_conv_edge_bias_and_compiled_run_heads_last(one_thread, counted):
+    """With an edge bias per head the heads-last layer equals SDPA with the bias as a float mask (on the same
+    projections, PyTorch's layout); compiled with fullgraph=True it runs the same kernels and equals eager."""
+    import torch.nn.functional as F
+
+    from graphattn import graphs
+
+    torch.manual_seed(5)
+    L, H, D = 16, 2, 4
+    conv = ga.AttentionConv(H * D, H * D, heads=H, output_projection=False).double()
+    x = torch.randn(L, H * D, dtype=torch.float64)
+    mask = torch.rand(L, L) < 0.5
+    mask.fill_diagonal_(True)
+    edge_index = graphs.mask_to_edge_index(mask)
+    bias = torch.randn(edge_index.size(1), H, dtype=torch.float64)
+    dense_bias = torch.full((H, L, L), float("-inf"), dtype=torch.float64)
+    dense_bias[:, edge_index[1], edge_index[0]] = bias.T
+    out = conv(x, edge_index, edge_bias=bias)
+    assert counted == {"heads_last": 1, "rows": 0}
+    q, k, v = (t.transpose(0, 1) for t in conv._project(x))  # (H, L, D), the rows layout
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=dense_bias)
+    assert_close(out, ref.transpose(0, 1).reshape(L, H * D))
+    torch.compiler.reset()
+    compiled = torch.compile(conv, fullgraph=True)
+    xc, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+    counted.update(heads_last=0, rows=0)
+    got = compiled(xc, edge_index, edge_bias=bias)
+    got.sum().backward()
+    assert counted == {"heads_last": 2, "rows": 0}
+    eager = conv(xe, edge_index, edge_bias=bias)
+    eager.sum().backward()
+    assert_close(got, eager)
+    assert_close(xc.grad, xe.grad)
+    torch.compiler.reset()
