@@ -85,6 +85,9 @@ class AttentionConv(MessagePassing):
     graph you pass is the attention you get. A query with no incoming edge
     gets ``W_O 0 + b_O`` (the zero row of the attention, then the projection).
 
+    On the CPU at one thread (2-16 heads and channels per head, no ``batch``, stock ``Linear`` projections
+    without hooks) the rows are projected heads innermost, as in :class:`graphattn.TransformerConv`.
+
     Parameters
     ----------
     in_channels : int or tuple
@@ -199,12 +202,7 @@ class AttentionConv(MessagePassing):
         reset_like_mha([lin for lin in projections if _in_width(lin) is not None], self.lin_out)
 
     def _project(self, x, heads_last: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """1) project: ``(query (L, H, D), key (S, H, D), value (S, H, D))``.
-
-        ``heads_last``: where the fused kernels of that layout will run them
-        (:func:`graphattn.routing.heads_last_ok`), the same values stored ``(n, D, H)``
-        (:func:`graphattn.routing.project_heads_last`).
-        """
+        """1) project: ``(query (L, H, D), key (S, H, D), value (S, H, D))``, heads innermost if asked and usable."""
         if isinstance(x, Tensor):
             x_k = x_v = x_q = x
         elif isinstance(x, (tuple, list)) and len(x) == 2:
@@ -333,13 +331,8 @@ class AttentionConv(MessagePassing):
     def _context_parallel(self, query, key, value, graph, group, edge_bias, return_attention_weights, size, batch):
         """The block of this process, over a sequence split across ``group`` (:mod:`graphattn.distributed`)."""
         if not isinstance(group, dist.ProcessGroup):
-            raise TypeError(
-                message(
-                    "context_parallel",
-                    "a torch.distributed ProcessGroup (e.g. torch.distributed.group.WORLD) or None",
-                    type(group).__name__,
-                )
-            )
+            expected = "a torch.distributed ProcessGroup (e.g. torch.distributed.group.WORLD) or None"
+            raise TypeError(message("context_parallel", expected, type(group).__name__))
         if size is not None or batch is not None or self.impl == "message_passing":
             why = "used without 'size', 'batch' and impl='message_passing' (the graph is one global sequence)"
             got = f"size={size!r}, batch={'a Tensor' if batch is not None else None}, impl={self.impl!r}"
