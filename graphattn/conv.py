@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.parameter import UninitializedParameter
 from torch_geometric.nn import MessagePassing
 
 from graphattn import _compat, distributed, ops, routing
@@ -61,10 +62,9 @@ def _linear(in_features: int, out_features: int, bias: bool) -> nn.Module:
 
 
 def _in_width(lin: nn.Module) -> int | None:
-    """The input width of a projection, None while a lazy one has not seen its first input."""
-    if isinstance(lin.weight, nn.parameter.UninitializedParameter):
-        return None
-    return lin.weight.size(1)  # (F_out, F_in)
+    """The input width of a projection; None while a lazy one has not seen its first input, or without a weight."""
+    weight = getattr(lin, "weight", None)  # a module of the user's (nn.Sequential(Linear, Tanh)) may have none
+    return None if not isinstance(weight, Tensor) or isinstance(weight, UninitializedParameter) else weight.size(1)
 
 
 class AttentionConv(MessagePassing):

@@ -282,3 +282,21 @@ def test_attention_conv_edge_bias_and_compiled_run_heads_last(one_thread, counte
     assert_close(got, eager)
     assert_close(xc.grad, xe.grad)
     torch.compiler.reset()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_conv_projection_without_weight_is_called_as_it_is(threads, one_thread):
+    """A projection replaced by a module without ``weight`` (``nn.Sequential(Linear, Tanh)``) is called, as PyG
+    calls it: the layer equals PyG's TransformerConv (root_weight=False) with the same modules, then lin_out."""
+    from torch import nn
+    from torch_geometric.nn import TransformerConv
+
+    torch.set_num_threads(threads)  # (one_thread restores it)
+    N, F, H, D = 20, 6, 2, 4
+    x, ei = torch.randn(N, F, dtype=torch.float64), _graph(N, N, 60)
+    conv = ga.AttentionConv(F, H * D, heads=H).double()
+    ref = TransformerConv(F, D, heads=H, root_weight=False).double()
+    ref.lin_query.load_state_dict(conv.lin_query.state_dict())
+    ref.lin_key.load_state_dict(conv.lin_key.state_dict())
+    conv.lin_value = ref.lin_value = nn.Sequential(nn.Linear(F, H * D), nn.Tanh()).double()
+    assert_close(conv(x, ei), conv.lin_out(ref(x, ei)))
