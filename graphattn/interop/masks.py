@@ -153,7 +153,7 @@ def _padding_of(mask: Tensor) -> Tensor | None:
 # -- the mask -> graph cache ------------------------------------------------------------------------
 
 _CACHE = ContentCache(
-    "graphattn.interop mask-graph cache", 4, "graphattn.interop.masks._CACHE.resize(n)", by_content=True
+    "graphattn.interop mask-graph cache", 4, "`with graphattn.interop.masks.keep_graphs(n):`", by_content=True
 )  # 4: the self- and cross-attention masks of one forward pass fit
 
 
