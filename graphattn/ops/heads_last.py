@@ -18,9 +18,11 @@ docs/pyg.md, sparse graph, H = D = 8, ``benchmarks/heads_last.py``): forward
 Same formulas, same order of the sums over a target's edges and over a source's
 rows (by ascending target) as the ``(n, H, D)`` kernels, one thread (the layers
 ask for this layout only then: :func:`graphattn.ops.fused.heads_last_usable`).
-Tensors arrive as PyTorch ``(n, H, D)`` views whose memory is ``(n, D, H)``
-(strides ``(H D, 1, H)``), which the layers produce by projecting with their
-weights' rows permuted: no copy.
+Queries, keys and values (and their gradients) are PyTorch ``(n, H, D)`` views
+whose memory is ``(n, D, H)`` (strides ``(H D, 1, H)``), which the layers produce
+by projecting with their weights' rows permuted: no copy. ``out`` and
+``grad_out`` stay in PyTorch's contiguous ``(L, H, D_v)``: the kernels transpose
+each target's row on the stack.
 
 Imported by :mod:`graphattn.ops.fused` with numba, never by ``import graphattn``.
 """
