@@ -185,8 +185,6 @@ def build(H: int):
             for d in range(D):
                 for h in range(H):
                     qs[d, h] = qT[i, d, h] * scale
-            for d in range(D):
-                for h in range(H):
                     acc[d, h] = zero
             for e in range(e0, e1):  # g_e = grad_out_i · v_j (+ grad_alpha_e) and sum_e alpha_e g_e
                 if e + ahead < E:
