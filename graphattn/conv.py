@@ -301,6 +301,8 @@ class AttentionConv(MessagePassing):
             )
         slow = use_propagate(self, edge_index, batch)
         query, key, value = self._project(x, heads_last=not slow and batch is None)  # (L|S, H, D)
+        if not slow and batch is None:  # the layout may be heads innermost: a recomputation must agree
+            query, key, value = routing.same_layout(query, key, value)
         edge_index, graph, _ = resolve(
             edge_index, size, batch, key.size(0), query.size(0), slow or return_attention_weights, query.device
         )

@@ -27,7 +27,16 @@ from graphattn.ops.ragged import group_sizes, per_graph_edges
 from graphattn.patterns import is_pattern
 from graphattn.validate import message
 
-__all__ = ["needs_propagate", "use_propagate", "propagate_index", "resolve", "attend", "project", "copy_weights"]
+__all__ = [
+    "needs_propagate",
+    "use_propagate",
+    "propagate_index",
+    "resolve",
+    "attend",
+    "project",
+    "same_layout",
+    "copy_weights",
+]
 
 
 def needs_propagate(module) -> bool:
@@ -174,13 +183,16 @@ def heads_last_ok(x: Tensor, heads: int, channels: int, lins) -> bool:
 
 
 def _plain_linear(lin) -> bool:
-    """A stock ``Linear`` (PyG's or torch's: ``x W^T + b`` and nothing else), initialised, seen by no hook."""
+    """A stock ``Linear`` (PyG's or torch's: ``x W^T + b`` and nothing else), initialised, seen by no hook,
+    its weight a parameter (not parametrized: that is computed at each access, so the module is called once).
+    """
     from torch_geometric.nn.dense.linear import Linear
 
     stock = (Linear.forward, torch.nn.Linear.forward)
     if type(lin).forward not in stock or "forward" in vars(lin) or _compat.has_hooks(lin):
         return False  # a subclass or a patched forward may compute more than the weights say
-    return not isinstance(getattr(lin, "weight", None), UninitializedParameter | type(None))
+    weight = getattr(lin, "_parameters", {}).get("weight")  # None when parametrized or absent
+    return weight is not None and not isinstance(weight, UninitializedParameter)
 
 
 @torch.compiler.assume_constant_result
@@ -204,6 +216,54 @@ def project_heads_last(x: Tensor, lin, heads: int, channels: int) -> Tensor:
     weight = lin.weight.view(heads, channels, -1).transpose(0, 1).reshape(heads * channels, -1)  # rows (d, h)
     bias = None if lin.bias is None else lin.bias.view(heads, channels).t().reshape(-1)
     return torch.nn.functional.linear(x, weight, bias).view(-1, channels, heads).transpose(1, 2)  # (n, H, D)
+
+
+def same_layout(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(query, key, value)`` as they are (views), whose backward refuses a recomputation in the other layout.
+
+    Which layout a layer projects to (heads innermost or not: :func:`heads_last_ok`) depends on the
+    thread count and the projections' hooks. ``torch.utils.checkpoint`` (non-reentrant) recomputes the
+    forward during the backward and hands the recomputed tensors to the first forward's graph by
+    order; had the thread count or a hook changed in between, the two layouts' tensors have the same
+    shapes and the gradients were silently wrong. The layout is saved here (one element) and compared in
+    the backward, before the layer's own backward runs. Not under ``torch.compile`` (the layout is traced
+    once) nor without autograd.
+
+    Raises
+    ------
+    RuntimeError
+        In the backward, when the recomputed forward projected to the other layout.
+    """
+    if torch.compiler.is_compiling() or not torch.is_grad_enabled():
+        return query, key, value
+    if not (query.requires_grad or key.requires_grad or value.requires_grad):
+        return query, key, value
+    last = not query.is_contiguous()  # heads innermost: (n, H, D) views of (n, D, H) memory
+    return _SameLayout.apply(torch.tensor(last), last, query, key, value)
+
+
+class _SameLayout(torch.autograd.Function):
+    """Identity on the rows; the backward compares the (possibly recomputed) saved layout with the forward's."""
+
+    @staticmethod
+    def forward(ctx, flag: Tensor, last: bool, *rows: Tensor):
+        ctx.last = last
+        ctx.save_for_backward(flag)  # under checkpoint: the recomputation's flag comes back here
+        return tuple(row.view_as(row) for row in rows)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        (flag,) = ctx.saved_tensors
+        if bool(flag) != ctx.last:
+            layouts = ("(n, H, D)", "heads innermost (n, D, H)")
+            raise RuntimeError(
+                "graphattn: the forward projected query/key/value to "
+                f"{layouts[ctx.last]} rows and its recomputation (torch.utils.checkpoint, use_reentrant=False) "
+                f"to {layouts[not ctx.last]}: the thread count or a hook on a projection changed between the "
+                "forward and the backward. Keep them fixed until the backward, use use_reentrant=True, or "
+                "impl='message_passing'"
+            )
+        return (None, None, *grads)
 
 
 def copy_weights(src: torch.nn.Module, dst: torch.nn.Module) -> torch.nn.Module:

@@ -69,6 +69,8 @@ class TransformerConv(MessagePassing):
     ``lin_value`` stock ``Linear`` modules without hooks: they are not called then), queries, keys and values
     are projected with those weights' rows permuted, each row stored heads innermost for the kernels of
     that layout (:mod:`graphattn.ops.heads_last`; same values, :func:`graphattn.routing.project_heads_last`).
+    Under ``torch.utils.checkpoint(use_reentrant=False)``, a recomputation that takes the other layout (the
+    thread count or a hook changed before the backward) raises in the backward (:func:`graphattn.routing.same_layout`).
 
     Parameters
     ----------
@@ -288,7 +290,8 @@ class TransformerConv(MessagePassing):
         H, C = self.heads, self.out_channels
         skips = (self.lin_skip,) if self.root_weight else ()
         lins = (self.lin_query, self.lin_key, self.lin_value)
-        if not slow and edge_attr is None and batch is None and routing.heads_last_ok(x_dst, H, C, lins):
+        plain_rows = not slow and edge_attr is None and batch is None  # either layout may come
+        if plain_rows and routing.heads_last_ok(x_dst, H, C, lins):
             query = routing.project_heads_last(x_dst, self.lin_query, H, C)
             key, value = (routing.project_heads_last(x_src, lin, H, C) for lin in (self.lin_key, self.lin_value))
             x_r = [lin(x_dst) for lin in skips]
@@ -299,6 +302,8 @@ class TransformerConv(MessagePassing):
                 query, *x_r = project(x_dst, self.lin_query, *skips)
                 key, value = project(x_src, self.lin_key, self.lin_value)
             query, key, value = query.view(L, H, C), key.view(S, H, C), value.view(S, H, C)  # (L|S, H, D)
+        if plain_rows:  # a recomputation (checkpoint) must take the same layout
+            query, key, value = routing.same_layout(query, key, value)
         edge_attr = self._check_edge_attr(edge_attr, plain)
         if slow:
             out, alpha = self._propagate(query, key, value, plain, edge_attr, (S, L))
@@ -352,14 +357,8 @@ class TransformerConv(MessagePassing):
         if edge_attr is None:
             raise ValueError(message("edge_attr", f"a Tensor of shape (E, {self.edge_dim}) (edge_dim is set)", None))
         if not isinstance(edge_index, Tensor):
-            raise ValueError(
-                message(
-                    "edge_index",
-                    "an edge list with 'edge_attr'",
-                    "a pattern",
-                    "build its edges: pattern.edge_index(L, S)",
-                )
-            )
+            how = "build its edges: pattern.edge_index(L, S)"
+            raise ValueError(message("edge_index", "an edge list with 'edge_attr'", "a pattern", how))
         E = edge_index.size(1) if edge_index.dim() == 2 else -1
         check_tensor("edge_attr", edge_attr, dim=2, shape_text=f"(E, {self.edge_dim})", floating=True)
         check_features("edge_attr", edge_attr, self.lin_edge.weight)  # width and dtype

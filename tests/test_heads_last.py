@@ -213,6 +213,39 @@ def test_projections_that_compute_more_than_their_weights_keep_the_rows_layout(o
     assert counted["heads_last"] == 0
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_parametrized_projection_is_evaluated_as_often_at_any_thread_count(threads, one_thread, counted):
+    """A parametrized weight (torch.nn.utils.parametrize) is computed at each access: the layer calls the module,
+    as it does at two threads (at one thread the layout check evaluated it once more), and equals PyG's layer
+    with the same parametrization."""
+    from torch import nn
+    from torch.nn.utils import parametrize
+    from torch_geometric.nn import TransformerConv
+
+    calls: list[int] = []
+
+    class Scaled(nn.Module):
+        def forward(self, weight):
+            calls.append(1)
+            return 1.5 * weight
+
+    torch.set_num_threads(threads)  # (one_thread restores it)
+    N, F, H, C = 20, 6, 2, 4
+    x, ei = torch.randn(N, F, dtype=torch.float64), _graph(N, N, 60)
+    ours = ga.TransformerConv(F, C, heads=H).double()
+    ref = TransformerConv(F, C, heads=H).double()
+    ref.load_state_dict(ours.state_dict())
+    for module in (ours, ref):
+        parametrize.register_parametrization(module.lin_key, "weight", Scaled())
+    calls.clear()
+    ref(x, ei)
+    expected_calls, calls[:] = len(calls), []
+    out = ours(x, ei)
+    assert len(calls) - expected_calls <= 1  # ours checks the width against the weight once (PyG does not)
+    assert counted["heads_last"] == 0
+    assert_close(out, ref(x, ei))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bipartite", [False, True])
 def test_attention_conv_projects_heads_last_and_equals_the_dense_oracle(dtype, bipartite, one_thread, counted):
@@ -300,3 +333,50 @@ def test_attention_conv_projection_without_weight_is_called_as_it_is(threads, on
     ref.lin_key.load_state_dict(conv.lin_key.state_dict())
     conv.lin_value = ref.lin_value = nn.Sequential(nn.Linear(F, H * D), nn.Tanh()).double()
     assert_close(conv(x, ei), conv.lin_out(ref(x, ei)))
+
+
+def _checkpoint_layer(kind):
+    torch.manual_seed(5)
+    if kind == "TransformerConv":
+        return ga.TransformerConv(12, 4, heads=3).double()
+    return ga.AttentionConv(12, 12, heads=3).double()
+
+
+def _grads(out, w, leaves):
+    """d (out * w).sum() / d leaves through ``.backward()`` (reentrant checkpointing refuses ``autograd.grad``)."""
+    for t in leaves:
+        t.grad = None
+    (out * w).sum().backward()
+    return [t.grad.clone() for t in leaves]
+
+
+@pytest.mark.parametrize("kind", ["TransformerConv", "AttentionConv"])
+@pytest.mark.parametrize("change", ["none", "threads 1 -> 2", "threads 2 -> 1", "hook"])
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpoint_recomputation_in_the_other_layout_is_refused(kind, change, reentrant, one_thread):
+    """torch.utils.checkpoint recomputes the forward in the backward. Non-reentrant, it hands the recomputed
+    tensors to the first graph by order: a recomputation in the other projection layout (the thread count or a
+    hook changed before the backward) gave silently wrong gradients (2.1 off here); now it raises, naming the
+    ways out. Unchanged, or reentrant (which differentiates its own recomputed graph), the gradients equal
+    those without checkpointing."""
+    from torch.utils.checkpoint import checkpoint
+
+    layer = _checkpoint_layer(kind)
+    N = 30
+    x, ei = torch.randn(N, 12, dtype=torch.float64, requires_grad=True), _graph(N, N, 150)
+    leaves = [x, *layer.parameters()]
+    first = 2 if change == "threads 2 -> 1" else 1
+    torch.set_num_threads(first)  # (one_thread restores it)
+    w = torch.randn(N, 12, dtype=torch.float64)
+    want = _grads(layer(x, ei), w, leaves)
+    out = checkpoint(layer, x, ei, use_reentrant=reentrant)
+    if change.startswith("threads"):
+        torch.set_num_threads(3 - first)
+    elif change == "hook":
+        layer.lin_key.register_forward_hook(lambda module, args, out: None)
+    if change == "none" or reentrant:
+        for a, b in zip(_grads(out, w, leaves), want):
+            assert_close(a, b)
+    else:
+        with pytest.raises(RuntimeError, match="recomputation.*use_reentrant=True, or impl='message_passing'"):
+            _grads(out, w, leaves)
