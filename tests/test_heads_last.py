@@ -187,21 +187,27 @@ def test_hooks_on_the_projections_keep_the_rows_layout(one_thread, counted):
     assert seen == [(10, 8)] and counted == {"heads_last": 0, "rows": 1}
 
 
+def _with_pyg(F, C, H, N=20):
+    """``(x (N, F), edge_index, ours, ref)``: ``ga.TransformerConv`` and PyG's with the same weights, float64."""
+    from torch_geometric.nn import TransformerConv
+
+    ours = ga.TransformerConv(F, C, heads=H).double()
+    ref = TransformerConv(F, C, heads=H).double()
+    ref.load_state_dict(ours.state_dict())
+    return torch.randn(N, F, dtype=torch.float64), _graph(N, N, 60), ours, ref
+
+
 def test_projections_that_compute_more_than_their_weights_keep_the_rows_layout(one_thread, counted):
     """A Linear subclass with its own forward (an adapter, fake quantisation), a patched forward, or a
     module without ``weight`` as a projection: the layer calls it, as PyG does, and equals PyG's layer."""
     from torch import nn
-    from torch_geometric.nn import TransformerConv
 
     class Doubled(nn.Linear):
         def forward(self, x):
             return 2.0 * super().forward(x)
 
-    N, F, H, C = 20, 5, 4, 3
-    x, ei = torch.randn(N, F, dtype=torch.float64), _graph(N, N, 60)
-    ours = ga.TransformerConv(F, C, heads=H).double()
-    ref = TransformerConv(F, C, heads=H).double()
-    ref.load_state_dict(ours.state_dict())
+    F, H, C = 5, 4, 3
+    x, ei, ours, ref = _with_pyg(F, C, H)
     for module in (ours, ref):
         doubled = Doubled(F, H * C).double()
         doubled.load_state_dict(module.lin_query.state_dict())
@@ -220,7 +226,6 @@ def test_parametrized_projection_is_evaluated_as_often_at_any_thread_count(threa
     with the same parametrization."""
     from torch import nn
     from torch.nn.utils import parametrize
-    from torch_geometric.nn import TransformerConv
 
     calls: list[int] = []
 
@@ -230,11 +235,7 @@ def test_parametrized_projection_is_evaluated_as_often_at_any_thread_count(threa
             return 1.5 * weight
 
     torch.set_num_threads(threads)  # (one_thread restores it)
-    N, F, H, C = 20, 6, 2, 4
-    x, ei = torch.randn(N, F, dtype=torch.float64), _graph(N, N, 60)
-    ours = ga.TransformerConv(F, C, heads=H).double()
-    ref = TransformerConv(F, C, heads=H).double()
-    ref.load_state_dict(ours.state_dict())
+    x, ei, ours, ref = _with_pyg(6, 4, 2)
     for module in (ours, ref):
         parametrize.register_parametrization(module.lin_key, "weight", Scaled())
     calls.clear()
