@@ -16,7 +16,7 @@ from torch_geometric.nn import MessagePassing
 
 from graphattn import _compat, distributed, ops, routing
 from graphattn.dense import reset_like_mha
-from graphattn.routing import attend, project, propagate_index, resolve, use_propagate
+from graphattn.routing import attend, propagate_index, resolve, use_propagate
 from graphattn.validate import (
     as_int,
     check_bool,
@@ -222,22 +222,8 @@ class AttentionConv(MessagePassing):
             if width is not None and t.dtype != lin.weight.dtype:
                 fix = f"convert one of them, e.g. conv.to({t.dtype})"
                 raise TypeError(message(name, f"the layer's dtype {lin.weight.dtype}", t.dtype, fix, verb="have"))
-        H, D = self.heads, self.out_channels // self.heads
         lins = (self.lin_query, self.lin_key, self.lin_value)
-        if heads_last and routing.heads_last_ok(x_q, H, D, lins) and x_k.dtype == x_v.dtype == x_q.dtype:
-            return tuple(routing.project_heads_last(t, lin, H, D) for t, lin in zip((x_q, x_k, x_v), lins))
-        if x_q is x_k and x_k is x_v:  # the projections of one input
-            parts = project(x_q, self.lin_query, self.lin_key, self.lin_value)
-        else:
-            parts = (
-                self.lin_query(x_q),
-                *(
-                    project(x_k, self.lin_key, self.lin_value)
-                    if x_k is x_v
-                    else (self.lin_key(x_k), self.lin_value(x_v))
-                ),
-            )
-        return tuple(t.view(t.size(0), H, D) for t in parts)  # (n, H, D)
+        return routing.project_rows((x_q, x_k, x_v), lins, self.heads, self.out_channels // self.heads, heads_last)
 
     def forward(
         self,
@@ -301,8 +287,6 @@ class AttentionConv(MessagePassing):
             )
         slow = use_propagate(self, edge_index, batch)
         query, key, value = self._project(x, heads_last=not slow and batch is None)  # (L|S, H, D)
-        if not slow and batch is None:  # the layout may be heads innermost: a recomputation must agree
-            query, key, value = routing.same_layout(query, key, value)
         edge_index, graph, _ = resolve(
             edge_index, size, batch, key.size(0), query.size(0), slow or return_attention_weights, query.device
         )

@@ -33,7 +33,7 @@ __all__ = [
     "propagate_index",
     "resolve",
     "attend",
-    "project",
+    "project_rows",
     "same_layout",
     "copy_weights",
 ]
@@ -159,16 +159,31 @@ def compact_batch(batch: Tensor) -> Tensor:
     return torch.cat([batch.new_zeros(1), (steps > 0).cumsum(0).to(batch.dtype)])  # (N,)
 
 
-def project(x: Tensor, *lins) -> tuple[Tensor, ...]:
-    """``tuple(lin(x) for lin in lins)``: one matmul per projection, each output contiguous.
+def project_rows(xs: tuple, lins: tuple, heads: int, channels: int, fast: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """``(query (L, H, D), key (S, H, D), value (S, H, D))``: ``lins[i](xs[i])`` as ``(n, H, D)`` rows.
 
-    Not fused into one matmul against the concatenated weights on purpose: the split outputs are
-    strided views that the kernels copy before reading (one copy per projection forward, a ``cat``
-    of the gradients backward). Measured on ``benchmarks/train.py``'s sparse graph (10k nodes,
-    10 in-edges, 8 heads, forward + backward, 1 thread, 2026-12-02): ``ga.TransformerConv``
-    took 1.02-1.10x longer fused than with separate projections at D = 64, eager and compiled.
+    ``xs`` are the inputs of ``lins = (lin_query, lin_key, lin_value)``, called in that order (PyG's).
+    With ``fast`` (the layer's fused kernels will take the rows): a lazy projection still uninitialised is
+    first called on no rows (its hook sets its size, once), then :func:`heads_last_ok` decides whether the rows
+    are projected heads innermost (:func:`project_heads_last`), and :func:`same_layout` lets a checkpoint
+    recomputation in the other layout raise. Without, each module is called.
+
+    One matmul per projection, each output contiguous. Not fused into one matmul against the concatenated
+    weights on purpose: the split outputs are strided views that the kernels copy before reading (one copy
+    per projection forward, a ``cat`` of the gradients backward). Measured on ``benchmarks/train.py``'s
+    sparse graph (10k nodes, 10 in-edges, 8 heads, forward + backward, 1 thread, 2026-12-02):
+    ``ga.TransformerConv`` took 1.02-1.10x longer fused than with separate projections at D = 64, eager and
+    compiled.
     """
-    return tuple(lin(x) for lin in lins)
+    if fast:
+        for x, lin in zip(xs, lins):
+            if isinstance(_own_weight(lin), UninitializedParameter):
+                with torch.no_grad():
+                    lin(x[:0])  # the lazy hook materialises the weight now, not between forward and recomputation
+        if heads_last_ok(xs[0], heads, channels, lins) and xs[0].dtype == xs[1].dtype == xs[2].dtype:
+            return same_layout(*(project_heads_last(x, lin, heads, channels) for x, lin in zip(xs, lins)))
+    rows = tuple(lin(x).view(x.size(0), heads, channels) for x, lin in zip(xs, lins))  # (n, H, D)
+    return same_layout(*rows) if fast else rows
 
 
 def heads_last_ok(x: Tensor, heads: int, channels: int, lins) -> bool:
@@ -191,16 +206,22 @@ def _plain_linear(lin) -> bool:
     stock = (Linear.forward, torch.nn.Linear.forward)
     if type(lin).forward not in stock or "forward" in vars(lin) or _compat.has_hooks(lin):
         return False  # a subclass or a patched forward may compute more than the weights say
-    weight = getattr(lin, "_parameters", {}).get("weight")  # None when parametrized or absent
+    weight = _own_weight(lin)
     return weight is not None and not isinstance(weight, UninitializedParameter)
+
+
+def _own_weight(lin):
+    """``lin``'s ``weight`` parameter as registered, or None (parametrized: reading ``lin.weight`` computes it)."""
+    return getattr(lin, "_parameters", {}).get("weight")
 
 
 @torch.compiler.assume_constant_result
 def _heads_last_here(device: str, dtype: torch.dtype, heads: int, channels: int) -> bool:
     """:func:`graphattn.ops.fused.heads_last_usable`, a constant to ``torch.compile`` (it reads the thread count).
 
-    A compiled model keeps the layout chosen when it was traced; if the thread count changes after,
-    the operator still checks the layout when it runs and takes the ``(n, H, D)`` kernels otherwise.
+    Dynamo guards on the thread count (part of its global state): a compiled model run at another count
+    recompiles, and the new graph takes that count's layout. The operator checks the layout of the rows it
+    is given in any case and takes the ``(n, H, D)`` kernels for rows that are not heads innermost.
     """
     from graphattn.ops import fused
 
@@ -226,8 +247,9 @@ def same_layout(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tens
     forward during the backward and hands the recomputed tensors to the first forward's graph by
     order; had the thread count or a hook changed in between, the two layouts' tensors have the same
     shapes and the gradients were silently wrong. The layout is saved here (one element) and compared in
-    the backward, before the layer's own backward runs. Not under ``torch.compile`` (the layout is traced
-    once) nor without autograd.
+    the backward, before the layer's own backward runs. Not under ``torch.compile`` (the check reads a value;
+    a compiled layer inside a checkpoint whose recomputation runs at another thread count recompiles, and
+    checkpoint's own metadata check raises ``CheckpointError``) nor without autograd.
 
     Raises
     ------

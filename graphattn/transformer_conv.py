@@ -13,7 +13,7 @@ from torch_geometric.nn.dense.linear import Linear
 
 from graphattn import ops, routing
 from graphattn.graphs import check_edge_index
-from graphattn.routing import attend, copy_weights, project, propagate_index, resolve, use_propagate
+from graphattn.routing import attend, copy_weights, propagate_index, resolve, use_propagate
 from graphattn.validate import (
     check_bool,
     check_choice,
@@ -290,20 +290,9 @@ class TransformerConv(MessagePassing):
         H, C = self.heads, self.out_channels
         skips = (self.lin_skip,) if self.root_weight else ()
         lins = (self.lin_query, self.lin_key, self.lin_value)
-        plain_rows = not slow and edge_attr is None and batch is None  # either layout may come
-        if plain_rows and routing.heads_last_ok(x_dst, H, C, lins):
-            query = routing.project_heads_last(x_dst, self.lin_query, H, C)
-            key, value = (routing.project_heads_last(x_src, lin, H, C) for lin in (self.lin_key, self.lin_value))
-            x_r = [lin(x_dst) for lin in skips]
-        else:
-            if x_src is x_dst:  # every projection of the one input
-                query, key, value, *x_r = project(x_dst, *lins, *skips)
-            else:
-                query, *x_r = project(x_dst, self.lin_query, *skips)
-                key, value = project(x_src, self.lin_key, self.lin_value)
-            query, key, value = query.view(L, H, C), key.view(S, H, C), value.view(S, H, C)  # (L|S, H, D)
-        if plain_rows:  # a recomputation (checkpoint) must take the same layout
-            query, key, value = routing.same_layout(query, key, value)
+        fast = not slow and edge_attr is None and batch is None  # the fused kernels take the rows
+        query, key, value = routing.project_rows((x_dst, x_src, x_src), lins, H, C, fast)  # (L|S, H, D)
+        x_r = [lin(x_dst) for lin in skips]
         edge_attr = self._check_edge_attr(edge_attr, plain)
         if slow:
             out, alpha = self._propagate(query, key, value, plain, edge_attr, (S, L))

@@ -381,3 +381,26 @@ def test_checkpoint_recomputation_in_the_other_layout_is_refused(kind, change, r
     else:
         with pytest.raises(RuntimeError, match="recomputation.*use_reentrant=True, or impl='message_passing'"):
             _grads(out, w, leaves)
+
+
+@pytest.mark.parametrize("kind", ["TransformerConv", "AttentionConv"])
+def test_lazy_layer_first_called_under_checkpoint_is_exact(kind, one_thread, counted):
+    """A lazy layer (in_channels=-1) whose first call is inside a non-reentrant checkpoint: its projections are
+    materialised before the layout is chosen, so the recomputation takes the same one (it raised, found by a
+    helper; PyG's layer takes it). Heads-last from the first call; gradients equal those without checkpoint."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(6)
+    layer = (
+        ga.TransformerConv(-1, 4, heads=4) if kind == "TransformerConv" else ga.AttentionConv(-1, 16, heads=4)
+    ).double()
+    N = 25
+    x, ei = torch.randn(N, 10, dtype=torch.float64, requires_grad=True), _graph(N, N, 100)
+    w = torch.randn(N, 16, dtype=torch.float64)
+    out = checkpoint(layer, x, ei, use_reentrant=False)
+    assert counted == {"heads_last": 1, "rows": 0}
+    leaves = [x, *layer.parameters()]
+    got = _grads(out, w, leaves)
+    want = _grads(layer(x, ei), w, leaves)
+    for a, b in zip(got, want):
+        assert_close(a, b)
