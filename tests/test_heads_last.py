@@ -404,3 +404,41 @@ def test_lazy_layer_first_called_under_checkpoint_is_exact(kind, one_thread, cou
     want = _grads(layer(x, ei), w, leaves)
     for a, b in zip(got, want):
         assert_close(a, b)
+
+
+def test_kernels_compile_with_the_slp_vectoriser_and_are_called_without_typing_each_argument(one_thread, monkeypatch):
+    """Each compilation (or load from numba's cache) runs with LLVM's SLP vectoriser on, and only it (the flag is
+    numba's global); a call whose types are compiled goes straight to numba's dispatcher, without a
+    ``numba.typeof`` per argument first (20 us a call; it was done on every call)."""
+    import numba
+    from numba.core.dispatcher import Dispatcher
+
+    flags = []
+    compile_signature = Dispatcher.compile
+
+    def spy(self, signature):
+        flags.append(numba.config.SLP_VECTORIZE)
+        return compile_signature(self, signature)
+
+    monkeypatch.setattr(Dispatcher, "compile", spy)
+    monkeypatch.setattr(fused, "_KERNELS_HL", {})  # built afresh, through the spy
+    before = numba.config.SLP_VECTORIZE
+    q, k, v = (_heads_last(torch.randn(12, 3, 5)).requires_grad_() for _ in range(3))
+    ei = _graph(12, 12, 40)
+    out, _ = ga.attention(q, k, v, ei)
+    out.sum().backward()
+    assert flags == [1, 1] and numba.config.SLP_VECTORIZE == before  # forward and backward compiled (or loaded)
+
+    def refuse(value):
+        raise AssertionError("numba.typeof called per argument")
+
+    monkeypatch.setattr(numba, "typeof", refuse)
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    again, _ = ga.attention(q, k, v, ei)
+    again.sum().backward()
+    assert flags == [1, 1]  # nothing compiled again
+    assert_close(again, out)
+    for t, g in zip((q, k, v), grads):
+        assert_close(t.grad, g)
