@@ -168,3 +168,18 @@ def test_cpu_summary_names_the_cpu_lscpu_names():
     assert summary.startswith(model)
     flags = open("/proc/cpuinfo").read()
     assert ("avx512f" in summary) == (" avx512f" in flags)
+
+
+def test_a_closed_pipe_ends_quietly_with_141():
+    """``graphattn steps | head``: the reader gone before the output is written ends the run as Unix tools end
+    (no error message, 128 + SIGPIPE), not as a user error (it printed "error: BrokenPipeError", exit 2)."""
+    read, write = os.pipe()
+    os.close(read)  # the reader left first: every write fails with EPIPE
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "graphattn.cli", "steps"], stdout=write, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write)
+    assert result.returncode == 141
+    assert result.stderr == ""

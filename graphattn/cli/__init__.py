@@ -97,7 +97,9 @@ def _one_line(err: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``graphattn``; return the exit code (0 success, 1 a failed self-check, 2 a user error, 130 Ctrl-C)."""
+    """Run ``graphattn``; return the exit code (0 success, 1 a failed self-check, 2 a user error, 130 Ctrl-C,
+    141 the output's reader gone: a closed pipe).
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(commands=(_command_of(argv),))  # only the command asked for is imported
     try:
@@ -113,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return int(importlib.import_module(COMMANDS[args.command][0]).main(args) or 0)
+    except BrokenPipeError:  # `graphattn steps | head`: the reader left; quiet, as Unix tools are
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool the pipe stopped
     except USER_ERRORS as err:
         if os.environ.get("GRAPHATTN_TRACEBACK"):
             raise

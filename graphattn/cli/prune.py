@@ -101,7 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=out_path("--out"),
         metavar="DIR",
         default="prune-out",
-        help="folder for prune.csv, prune.json, prune_{queries,passages,layers}.csv, prune.png (default prune-out)",
+        help="folder for prune.csv, prune.json, prune_{queries,passages,layers}.csv, prune.png and the task "
+        "(prune_query_texts.jsonl, prune_documents.jsonl, prune_qrels.txt) (default prune-out)",
     )
     parser.add_argument(
         "--json",
