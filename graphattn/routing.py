@@ -240,7 +240,8 @@ def project_heads_last(x: Tensor, lin, heads: int, channels: int) -> Tensor:
 
 
 def same_layout(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(query, key, value)`` as they are (views), whose backward refuses a recomputation in the other layout.
+    """``(query (L, H, D), key (S, H, D), value (S, H, D_v))`` as they are (views; i = query = target, j = key =
+    source), whose backward refuses a recomputation in the other layout.
 
     Which layout a layer projects to (heads innermost or not: :func:`heads_last_ok`) depends on the
     thread count and the projections' hooks. ``torch.utils.checkpoint`` (non-reentrant) recomputes the
