@@ -23,6 +23,11 @@ message: ``impl="message_passing"``, explain mode, message-passing hooks
 
 Dropout draws its mask on graphattn's kernel, not in PyG's order: same
 distribution, other bits (``impl="message_passing"`` draws PyG's).
+
+At one thread (CPU, float32/float64, 2-16 heads of 2-16 channels) both layers project their rows with the
+weights' rows permuted, so that memory is ``(n, C, H)``, heads innermost
+(:func:`graphattn.routing.project_rows`): the same values, read by kernels of their own for that layout
+(:mod:`graphattn.ops.heads_last`, and ``graphattn::gatv2_score``'s), whose loops over heads vectorise.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.utils import add_self_loops, remove_self_loops, scatter
 
 from graphattn import _compat, graphs, ops
-from graphattn.routing import copy_weights, needs_propagate, propagate_index
+from graphattn.routing import copy_weights, needs_propagate, plain_linear, project_rows, propagate_index
 from graphattn.validate import check_choice, check_edge_list, message
 
 __all__ = ["GATConv", "GATv2Conv"]
@@ -76,6 +81,20 @@ def _check_size(size, x_src: Tensor, x_dst: Tensor | None) -> None:
     have = (x_src.size(0), given[1] if x_dst is None else x_dst.size(0))
     if len(given) != 2 or given != have:
         raise ValueError(message("size", f"(S, L) = {have}, the features' node counts", given))
+
+
+def _check_dtypes(pairs) -> None:
+    """Each ``(name, x, lin)``: ``x`` in ``lin``'s weight dtype (PyG's layer fails inside the matmul instead).
+
+    A lazy projection's weight has the dtype it will be materialised in; a missing input (``x_dst=None``) or
+    a parametrized weight (computed at each access) is not checked here.
+    """
+    for name, x, lin in pairs:
+        weight = getattr(lin, "_parameters", {}).get("weight") if isinstance(x, Tensor) else None
+        if weight is None or x.dtype == weight.dtype:
+            continue
+        fix = f"convert one of them, e.g. conv.to({x.dtype})"
+        raise TypeError(message(name, f"the layer's dtype {weight.dtype}", x.dtype, fix, verb="have"))
 
 
 def _edges(edge_index: Tensor, num_sources: int, num_targets: int) -> Tensor:
@@ -287,11 +306,12 @@ class GATConv(PyGGATConv):
         H, C = self.heads, self.out_channels
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         _check_size(size, x_src, x_dst)
-        res = None if self.res is None or x_dst is None else self.res(x_dst)  # (L, H*C) or (L, C)
         lin_src = self.lin if self.lin is not None else self.lin_src
         lin_dst = self.lin if self.lin is not None else self.lin_dst
+        _check_dtypes((("x", x_src, lin_src), ("x", x_dst, lin_dst)))
+        res = None if self.res is None or x_dst is None else self.res(x_dst)  # (L, H*C) or (L, C)
         same = x_src is x_dst and self.lin is not None  # one projection of one input
-        x_src = lin_src(x_src).view(-1, H, C)  # (S, H, C)
+        (x_src,) = project_rows((x_src,), (lin_src,), H, C, fast=True)  # (S, H, C); heads innermost at one thread
         x_dst = x_src if same else (None if x_dst is None else lin_dst(x_dst).view(-1, H, C))  # (L, H, C)
         alpha_src = (x_src * self.att_src).sum(-1)  # (S, H, C) · (1, H, C) -> (S, H)
         alpha_dst = None if x_dst is None else (x_dst * self.att_dst).sum(-1)  # (L, H)
@@ -307,8 +327,11 @@ class GATConv(PyGGATConv):
             score = score + alpha_dst.index_select(0, dst)  # (E, H): + a_t · Θ_t x_i
         if edge_attr is not None and self.lin_edge is not None:
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
-            w_edge = (self.lin_edge.weight.view(H, C, -1) * self.att_edge.view(H, C, 1)).sum(1)  # (H, F_e): a_e^T Θ_e
-            score = score + edge_attr @ w_edge.t()  # (E, F_e) @ (F_e, H) -> (E, H), no (E, H, C) tensor
+            if plain_linear(self.lin_edge):  # a_e^T Θ_e folded: (H, F_e), no (E, H, C) tensor
+                w_edge = (self.lin_edge.weight.view(H, C, -1) * self.att_edge.view(H, C, 1)).sum(1)
+                score = score + edge_attr @ w_edge.t()  # (E, F_e) @ (F_e, H) -> (E, H)
+            else:  # a hook, a subclass or a parametrized weight: the module is called, as PyG calls it
+                score = score + (self.lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(-1)  # (E, H)
         score = F.leaky_relu(score, self.negative_slope)  # (E, H)
         return _attend(self, score, x_src, edge_index, num_targets, res, given, return_attention_weights, loops)
 
@@ -397,10 +420,9 @@ class GATv2Conv(PyGGATv2Conv):
             return super().forward(x, propagate_index(edge_index), edge_attr, return_attention_weights)
         H, C = self.heads, self.out_channels
         x_l, x_r = (x, x) if isinstance(x, Tensor) else x
+        _check_dtypes((("x", x_l, self.lin_l), ("x", x_r, self.lin_r)))
         res = None if self.res is None or x_r is None else self.res(x_r)
-        same = x_l is x_r
-        x_l = self.lin_l(x_l).view(-1, H, C)  # (S, H, C)
-        x_r = x_l if same and self.share_weights else self.lin_r(x_r).view(-1, H, C)  # (L, H, C)
+        one = x_l is x_r and self.share_weights  # one projection of one input
         given, edge_index = edge_index, _edges(edge_index, x_l.size(0), x_r.size(0))
         src, dst, loops = edge_index[0], edge_index[1], 0  # (E,), (E,)
         if self.add_self_loops:
@@ -408,10 +430,13 @@ class GATv2Conv(PyGGATv2Conv):
             src, dst, edge_attr = _self_loops(self, edge_index, edge_attr, loops)  # E + N edges
         if edge_attr is not None and self.lin_edge is None:  # PyG asserts; it was a 'NoneType' call here
             raise ValueError(message("edge_attr", "None for a layer built without edge_dim", "a Tensor"))
-        edge = None
-        if edge_attr is not None:
-            edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr  # (E, F_e)
-            edge = self.lin_edge(edge_attr).view(-1, H, C)  # (E, H, C): Θ_e e_ij
+        xs, lins = ((x_l,), (self.lin_l,)) if one else ((x_l, x_r), (self.lin_l, self.lin_r))
+        if edge_attr is not None:  # (E + loops, F_e): Θ_e e_ij projected with the nodes, PyG's order
+            xs, lins = (*xs, edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr), (*lins, self.lin_edge)
+        # (S, H, C), (L, H, C), (E + loops, H, C): heads innermost at one thread, for graphattn::gatv2_score's kernel
+        rows = project_rows(xs, lins, H, C, fast=ops.additive.usable(x_l, x_r, self.att))
+        x_l, x_r = rows[0], rows[0 if one else 1]
+        edge = rows[-1] if edge_attr is not None else None
         att = self.att.view(H, C)
         scores = ops.additive.gatv2_score if ops.additive.usable(x_l, x_r, att, edge) else ops.additive.readable
         score = scores(x_l, x_r, src, dst, att, edge, self.negative_slope)  # (E, H): a · LeakyReLU(Θ_s x_j + Θ_t x_i)

@@ -34,6 +34,7 @@ __all__ = [
     "resolve",
     "attend",
     "project_rows",
+    "plain_linear",
     "same_layout",
     "copy_weights",
 ]
@@ -159,10 +160,11 @@ def compact_batch(batch: Tensor) -> Tensor:
     return torch.cat([batch.new_zeros(1), (steps > 0).cumsum(0).to(batch.dtype)])  # (N,)
 
 
-def project_rows(xs: tuple, lins: tuple, heads: int, channels: int, fast: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """``(query (L, H, D), key (S, H, D), value (S, H, D))``: ``lins[i](xs[i])`` as ``(n, H, D)`` rows.
+def project_rows(xs: tuple, lins: tuple, heads: int, channels: int, fast: bool) -> tuple[Tensor, ...]:
+    """``lins[i](xs[i])`` as ``(n, H, D)`` rows: ``(query (L, H, D), key (S, H, D), value (S, H, D))`` for
+    ``lins = (lin_query, lin_key, lin_value)`` (called in that order, PyG's), ``(value (S, H, D),)`` for GAT's
+    ``(lin_src,)``.
 
-    ``xs`` are the inputs of ``lins = (lin_query, lin_key, lin_value)``, called in that order (PyG's).
     With ``fast`` (the layer's fused kernels will take the rows): a lazy projection still uninitialised is
     first called on no rows (its hook sets its size, once), then :func:`heads_last_ok` decides whether the rows
     are projected heads innermost (:func:`project_heads_last`), and :func:`same_layout` lets a checkpoint
@@ -180,7 +182,7 @@ def project_rows(xs: tuple, lins: tuple, heads: int, channels: int, fast: bool) 
             if isinstance(_own_weight(lin), UninitializedParameter):
                 with torch.no_grad():
                     lin(x[:0])  # the lazy hook materialises the weight now, not between forward and recomputation
-        if heads_last_ok(xs[0], heads, channels, lins) and xs[0].dtype == xs[1].dtype == xs[2].dtype:
+        if heads_last_ok(xs[0], heads, channels, lins) and all(x.dtype == xs[0].dtype for x in xs):
             return same_layout(*(project_heads_last(x, lin, heads, channels) for x, lin in zip(xs, lins)))
     rows = tuple(lin(x).view(x.size(0), heads, channels) for x, lin in zip(xs, lins))  # (n, H, D)
     return same_layout(*rows) if fast else rows
@@ -194,10 +196,10 @@ def heads_last_ok(x: Tensor, heads: int, channels: int, lins) -> bool:
     """
     if not _heads_last_here(x.device.type, x.dtype, heads, channels):
         return False
-    return all(_plain_linear(lin) for lin in lins)
+    return all(plain_linear(lin) for lin in lins)
 
 
-def _plain_linear(lin) -> bool:
+def plain_linear(lin) -> bool:
     """A stock ``Linear`` (PyG's or torch's: ``x W^T + b`` and nothing else), initialised, seen by no hook,
     its weight a parameter (not parametrized: that is computed at each access, so the module is called once).
     """
@@ -239,9 +241,9 @@ def project_heads_last(x: Tensor, lin, heads: int, channels: int) -> Tensor:
     return torch.nn.functional.linear(x, weight, bias).view(-1, channels, heads).transpose(1, 2)  # (n, H, D)
 
 
-def same_layout(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(query (L, H, D), key (S, H, D), value (S, H, D_v))`` as they are (views; i = query = target, j = key =
-    source), whose backward refuses a recomputation in the other layout.
+def same_layout(*rows: Tensor) -> tuple[Tensor, ...]:
+    """``rows`` (``(query (L, H, D), key (S, H, D), value (S, H, D_v))``, or GAT's ``(value,)``; i = query =
+    target, j = key = source) as they are (views), whose backward refuses a recomputation in the other layout.
 
     Which layout a layer projects to (heads innermost or not: :func:`heads_last_ok`) depends on the
     thread count and the projections' hooks. ``torch.utils.checkpoint`` (non-reentrant) recomputes the
@@ -257,12 +259,10 @@ def same_layout(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tens
     RuntimeError
         In the backward, when the recomputed forward projected to the other layout.
     """
-    if torch.compiler.is_compiling() or not torch.is_grad_enabled():
-        return query, key, value
-    if not (query.requires_grad or key.requires_grad or value.requires_grad):
-        return query, key, value
-    last = not query.is_contiguous()  # heads innermost: (n, H, D) views of (n, D, H) memory
-    return _SameLayout.apply(torch.tensor(last), last, query, key, value)
+    if torch.compiler.is_compiling() or not torch.is_grad_enabled() or not any(r.requires_grad for r in rows):
+        return rows
+    last = not rows[0].is_contiguous()  # heads innermost: (n, H, D) views of (n, D, H) memory
+    return _SameLayout.apply(torch.tensor(last), last, *rows)
 
 
 class _SameLayout(torch.autograd.Function):
@@ -280,7 +280,7 @@ class _SameLayout(torch.autograd.Function):
         if bool(flag) != ctx.last:
             layouts = ("(n, H, D)", "heads innermost (n, D, H)")
             raise RuntimeError(
-                "graphattn: the forward projected query/key/value to "
+                "graphattn: the forward projected the attention's rows (query/key/value) to "
                 f"{layouts[ctx.last]} rows and its recomputation (torch.utils.checkpoint, use_reentrant=False) "
                 f"to {layouts[not ctx.last]}: the thread count or a hook on a projection changed between the "
                 "forward and the backward. Keep them fixed until the backward, use use_reentrant=True, or "

@@ -36,6 +36,31 @@ def _seed():
     yield
 
 
+@pytest.fixture
+def one_thread():
+    """torch at one thread for the test (where the layers project heads innermost), the count restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """How many times each fused kernel family was asked for: {"heads_last": n, "rows": n}."""
+    from graphattn.ops import fused
+
+    calls = {"heads_last": 0, "rows": 0}
+    heads_last, rows = fused._kernels_heads_last, fused._kernels
+    monkeypatch.setattr(
+        fused,
+        "_kernels_heads_last",
+        lambda h: calls.__setitem__("heads_last", calls["heads_last"] + 1) or heads_last(h),
+    )
+    monkeypatch.setattr(fused, "_kernels", lambda: calls.__setitem__("rows", calls["rows"] + 1) or rows())
+    return calls
+
+
 # ------------------------------------------------------------------ the fast lane and the CUDA report
 # `python -m pytest -m "not slow"` is the fast lane. Marked slow here, in one place: whole files slow by nature
 # (running the examples, forking processes), so a new test in them is slow without anyone remembering, and the

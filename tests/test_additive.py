@@ -67,14 +67,6 @@ def test_an_index_out_of_range_is_refused_before_it_is_read():
         additive.gatv2_score(x_src, x_dst, src.index_fill(0, torch.tensor([0]), -1), dst, att, None, 0.2)
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_the_kernel_runs_on_one_thread_only(one_thread):
     x = torch.randn(3, 2, 4)
     assert additive.usable(x, x, x[0]) and not additive.usable(x, x.double(), x[0])

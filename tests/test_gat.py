@@ -370,3 +370,40 @@ def test_dropout_one_in_eval_is_pyg_s_layer(pyg_cls, convert):
     ours = convert(ref)
     x, edge_index = torch.randn(6, 5, dtype=torch.float64), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
     torch.testing.assert_close(ours(x, edge_index), ref(x, edge_index), atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("entries, refused", [((3e38, 3e38), False), ((float("inf"), -float("inf")), True)])
+def test_score_and_bias_checks_hold_where_one_sum_cannot_tell(entries, refused):
+    """The NaN/+inf checks first sum the scores (one pass); a sum of NaN or +inf sends them to the entry-wise check.
+    Finite scores whose float32 sum overflows are accepted (as one by one: the weights equal the float64 path's),
+    and a +inf hidden by a -inf (sum NaN) is refused, by scored_attention and by ga.attention's edge_bias alike."""
+    value, edge_index = torch.randn(3, 2, 4), torch.tensor([[0, 1, 2, 0], [1, 1, 1, 2]])
+    score = torch.tensor([[entries[0], 0.0], [entries[1], 1.0], [0.0, 2.0], [-1.0, 0.0]])  # (E, H) float32
+    q = k = torch.zeros(3, 2, 1)  # scores 0: the bias alone
+    if refused:
+        with pytest.raises(ValueError, match="'score' to be free of NaN"):
+            ga.ops.scored_attention(score, value, edge_index, 3)
+        with pytest.raises(ValueError, match="'edge_bias' to be free of NaN"):
+            ga.attention(q, k, value, edge_index, edge_bias=score)
+        return
+    out, alpha = ga.ops.scored_attention(score, value, edge_index, 3, need_weights=True)
+    want, want_alpha = ga.ops.scored_attention(score.double(), value.double(), edge_index, 3, need_weights=True)
+    torch.testing.assert_close(alpha, want_alpha.float())
+    torch.testing.assert_close(out, want.float())
+    torch.testing.assert_close(ga.attention(q, k, value, edge_index, edge_bias=score)[0], out)
+
+
+@pytest.mark.parametrize("cls", [ga.GATConv, ga.GATv2Conv])
+def test_an_input_of_another_dtype_than_the_layer_is_named(cls):
+    """float32 features into a float64 layer (plain and bipartite): a TypeError naming 'x' and both dtypes, where
+    PyG's layer fails inside its matmul; a lazy layer too (its weights materialise in the layer's dtype)."""
+    layer = cls(6, 4, heads=2).double()
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    for x in (torch.randn(3, 6), (torch.randn(3, 6), torch.randn(3, 6, dtype=torch.float64))):
+        with pytest.raises(
+            TypeError, match=r"Expected 'x' to have the layer's dtype torch.float64 \(got torch.float32\)"
+        ):
+            layer(x, edge_index)
+    with pytest.raises(TypeError, match=r"Expected 'x' to have the layer's dtype torch.float32 \(got torch.float64\)"):
+        cls(-1, 4, heads=2)(torch.randn(3, 6, dtype=torch.float64), edge_index)
+    assert cls(-1, 4, heads=2).double()(torch.randn(3, 6, dtype=torch.float64), edge_index).dtype == torch.float64

@@ -15,10 +15,9 @@ from torch import Tensor
 
 from graphattn import _compat
 from graphattn.graphs import check_edge_index
-from graphattn.ops.guard import causal_guards
+from graphattn.ops.guard import causal_guards, check_bias_values
 from graphattn.ops.operators import (
     attention_op,
-    check_bias_values,
     choose_impl,
     ragged_attention_op,
     reference_attention,

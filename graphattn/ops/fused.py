@@ -311,13 +311,18 @@ def _heads_last_shape(heads: int, channels: int) -> bool:
 
 
 def _heads_last(*tensors: Tensor) -> bool:
-    """Every ``(n, H, D)`` tensor a view of ``(n, D, H)`` memory, within the heads-last kernels' range."""
-    first = tensors[0]
+    """Every ``(n, H, D)`` tensor a view of ``(n, D, H)`` memory, within the heads-last kernels' range.
+
+    The last (the values) decides; query and key rows without channels (``D = 0``: :func:`graphattn.ops.scored_attention`,
+    GAT's scores) have no layout and pass.
+    """
+    H = tensors[-1].size(1)
     for t in tensors:
-        H, D = t.size(1), t.size(2)
-        if H != first.size(1) or not _heads_last_shape(H, D):
+        if t.size(1) != H:
             return False
-        if not t.transpose(1, 2).is_contiguous():
+        if t.size(2) == 0 and t is not tensors[-1]:  # no query/key channels (GAT's scores): any layout
+            continue
+        if not _heads_last_shape(H, t.size(2)) or not t.transpose(1, 2).is_contiguous():
             return False
     return _serial()
 

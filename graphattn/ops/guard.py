@@ -1,4 +1,4 @@
-"""The non-finite guard of the dense kernels ("sdpa" on the causal DAG, "block").
+"""The non-finite guard of the dense kernels ("sdpa" on the causal DAG, "block"), and the checks of edge scores.
 
 The dense kernels multiply zero weights (non-edges) by every key and value of
 a tile, so a NaN or inf there would reach queries that never read it. With
@@ -15,12 +15,36 @@ from torch import Tensor
 
 from graphattn.ops.csr import csr_forward
 from graphattn.ops.structure import _Graph
+from graphattn.validate import message
 
 
 def finite(*tensors: Tensor) -> bool:
     """True when every entry is finite (``aminmax`` propagates NaN; one host sync for all tensors)."""
     ok = [torch.isfinite(torch.stack(torch.aminmax(t.detach()))).all() for t in tensors if t.numel()]  # () each
     return not ok or bool(torch.stack(ok).all())
+
+
+def maybe_nan_or_posinf(values: Tensor) -> bool:
+    """False when no entry of ``values`` is NaN or ``+inf``, from one sum (one pass, no mask): the sum is NaN
+    or ``+inf`` only if an entry is, or if finite entries overflow (then True, and the caller checks each).
+    """
+    total = values.sum()
+    return bool(total.isnan() | total.isposinf())
+
+
+def check_bias_values(edge_bias: Tensor | None) -> None:
+    """Refuse a NaN or ``+inf`` in ``edge_bias`` (ValueError); ``-inf`` removes an edge's weight."""
+    if edge_bias is None or not edge_bias.numel() or not maybe_nan_or_posinf(edge_bias):
+        return
+    if bool((torch.isnan(edge_bias) | torch.isposinf(edge_bias)).any()):
+        raise ValueError(
+            message(
+                "edge_bias",
+                "free of NaN and +inf",
+                "a NaN or +inf entry",
+                "-inf is allowed and gives the edge weight 0",
+            )
+        )
 
 
 def _bad_rows(x: Tensor) -> Tensor:

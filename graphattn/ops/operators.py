@@ -52,7 +52,7 @@ from torch import Tensor
 from graphattn.ops.block import block_backward, block_forward
 from graphattn.ops.csr import csr_backward, csr_forward
 from graphattn.ops.fused import fused_backward, fused_forward, usable
-from graphattn.ops.guard import csr_fix, finite, graph_guards, guarded
+from graphattn.ops.guard import check_bias_values, csr_fix, finite, graph_guards, guarded
 from graphattn.ops.ragged import ragged_backward, ragged_forward
 from graphattn.ops.sdpa import dense_backward, dense_forward
 from graphattn.ops.shared import apply_keep, as_layout, draw_keep
@@ -126,19 +126,6 @@ def choose_impl(
             )
         return "csr"
     return "block"
-
-
-def check_bias_values(edge_bias: Tensor | None) -> None:
-    """Refuse a NaN or ``+inf`` in ``edge_bias`` (ValueError); ``-inf`` removes an edge's weight."""
-    if edge_bias is not None and edge_bias.numel() and bool((torch.isnan(edge_bias) | torch.isposinf(edge_bias)).any()):
-        raise ValueError(
-            message(
-                "edge_bias",
-                "free of NaN and +inf",
-                "a NaN or +inf entry",
-                "-inf is allowed and gives the edge weight 0",
-            )
-        )
 
 
 def _tiles(graph: _Graph, impl: str):

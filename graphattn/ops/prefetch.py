@@ -14,12 +14,13 @@ Imported by :func:`graphattn.ops.fused._build` with numba, never by ``import gra
 
 from __future__ import annotations
 
+import numba
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["prefetch_row", "prefetch_row_write", "DISTANCE"]
+__all__ = ["prefetch_row", "prefetch_row_write", "prefetch_edge", "prefetch_edge_update", "DISTANCE"]
 
 DISTANCE = 8  # edges ahead: the rows of edge e + DISTANCE are asked for while edge e is worked on
 LINE = 64  # bytes per cache line
@@ -62,3 +63,22 @@ def prefetch_row_write(typingctx, array, row):
     if isinstance(array, types.Array) and array.layout == "C" and isinstance(row, types.Integer):
         return types.void(array, row), _codegen(1)
     return None
+
+
+@numba.njit(inline="always")
+def prefetch_edge(e, src, dst, x_src, x_dst):  # pragma: no cover (inlined into the kernels)
+    """For edge ``e`` of ``(src, dst)``: the rows edge ``e + DISTANCE`` reads, ``x_src[j]`` and ``x_dst[i]``,
+    asked for now (the per-edge kernels of GATv2's scores).
+    """
+    if e + DISTANCE < src.shape[0]:
+        prefetch_row(x_src, src[e + DISTANCE])
+        prefetch_row(x_dst, dst[e + DISTANCE])
+
+
+@numba.njit(inline="always")
+def prefetch_edge_update(e, src, dst, x_src, x_dst, dx_src, dx_dst):  # pragma: no cover (inlined)
+    """:func:`prefetch_edge`, and the rows that edge updates, ``dx_src[j]`` and ``dx_dst[i]`` (the backward)."""
+    prefetch_edge(e, src, dst, x_src, x_dst)
+    if e + DISTANCE < src.shape[0]:
+        prefetch_row_write(dx_src, src[e + DISTANCE])
+        prefetch_row_write(dx_dst, dst[e + DISTANCE])

@@ -7,6 +7,7 @@ from torch import Tensor
 
 from graphattn import _compat
 from graphattn.ops.dispatch import _check_edge_list, _edge_attention, check_edge_bias
+from graphattn.ops.guard import maybe_nan_or_posinf
 from graphattn.validate import check_bool, check_int, check_probability, check_tensor, message
 
 __all__ = ["scored_attention"]
@@ -115,8 +116,10 @@ def scored_attention(
     return _edge_attention(*empty, value, edge_index, edge_bias, 1.0, p, need_weights, "auto", loops)
 
 
-def _read_non_finite(score: Tensor, edge_index: Tensor, loops: int) -> Tensor:
+def _read_non_finite(score: Tensor, edge_index: Tensor, loops: int) -> Tensor | bool:
     """True if a score that is read is NaN or ``+inf`` (with ``loops``, the graph's own loops' are never read)."""
+    if not maybe_nan_or_posinf(score):  # one sum: no NaN or +inf anywhere (the common case)
+        return False
     bad = (score.isnan() | score.isposinf()).any(1)  # (E + loops,)
     if loops:
         bad[: edge_index.size(1)] &= edge_index[0] != edge_index[1]  # own loops: left out, as PyG removes them
